@@ -1,0 +1,42 @@
+# lilicorr — `make run` (main job on the shipped models) and `make test` (the whole fast suite).
+# Both create .venv when missing. torch is installed FIRST and pinned: the CPU wheel on this machine;
+# an unpinned torch would make pip pull a multi-GB CUDA build.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export OMP_WAIT_POLICY := PASSIVE
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+PROMPT ?= def read_config(path):
+MAX_NEW ?= 96
+
+.PHONY: run test test-slow lint format venv clean-venv
+
+$(BIN)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+run: venv
+	$(BIN)/lilicorr generate --target models/tiny-s --prompt '$(PROMPT)' --max-new-tokens $(MAX_NEW)
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+test-slow: venv
+	$(BIN)/python -m pytest -q -m slow
+
+lint: venv
+	$(BIN)/ruff format --check src tests && $(BIN)/ruff check src tests
+
+format: venv
+	$(BIN)/ruff format src tests && $(BIN)/ruff check --fix src tests
+
+clean-venv:
+	rm -rf $(VENV)

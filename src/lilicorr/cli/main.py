@@ -1,0 +1,166 @@
+"""``lilicorr`` command line: one subcommand per job, each importing its heavy modules lazily.
+
+Lazy imports keep ``lilicorr --help`` instant and let a subcommand fail with a clear message about
+its own inputs instead of an unrelated import error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+
+def _cmd_env(args: argparse.Namespace) -> int:
+    import platform
+
+    import torch
+    import transformers
+
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "threads": torch.get_num_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+    }
+    print(json.dumps(info, indent=2))
+    return 0
+
+
+def _cmd_data_corpus(args: argparse.Namespace) -> int:
+    from lilicorr.data.corpus import build_corpus
+
+    manifest = build_corpus(Path(args.out))
+    print(json.dumps(manifest, indent=2))
+    if args.manifest_copy:
+        Path(args.manifest_copy).write_text(json.dumps(manifest, indent=2) + "\n")
+    return 0
+
+
+def _cmd_train_tokenizer(args: argparse.Namespace) -> int:
+    from lilicorr.data.corpus import read_split
+    from lilicorr.data.tokenizer import save_tokenizer, special_ids, train_tokenizer
+
+    docs = read_split(Path(args.corpus), "train")
+    tok = train_tokenizer((d.text for d in docs), vocab_size=args.vocab_size)
+    save_tokenizer(tok, Path(args.out), model_max_length=args.model_max_length)
+    print(json.dumps({"vocab_size": tok.get_vocab_size(), "special_ids": special_ids(tok)}))
+    return 0
+
+
+def _cmd_train_target(args: argparse.Namespace) -> int:
+    from lilicorr.training.target import TargetTrainConfig, train_target
+
+    cfg = TargetTrainConfig(
+        preset=args.preset,
+        corpus=args.corpus,
+        tokenizer=args.tokenizer,
+        out=args.out,
+        run_dir=args.run_dir or f"runs/{Path(args.out).name}",
+        steps=args.steps,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        lr=args.lr,
+        warmup=args.warmup,
+        seed=args.seed,
+        threads=args.threads,
+        val_every=args.val_every,
+        bf16=not args.fp32,
+        code_fraction=args.code_fraction,
+        checkpoint_minutes=args.checkpoint_minutes,
+    )
+    summary = train_target(cfg, resume=args.resume)
+    print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
+    return 0
+
+
+def _cmd_card_target(args: argparse.Namespace) -> int:
+    from lilicorr.training.target_card import write_target_card
+
+    write_target_card(Path(args.model), Path(args.corpus), command=args.command, threads=args.threads)
+    print(f"wrote {Path(args.model) / 'MODEL_CARD.md'}")
+    return 0
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from lilicorr.cli.generate import run_generate
+
+    return run_generate(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lilicorr", description="LiLiCorr speculative decoding toolkit")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    s = sub.add_parser("env", help="print versions and threading settings")
+    s.set_defaults(func=_cmd_env)
+
+    data = sub.add_parser("data", help="build datasets").add_subparsers(dest="data_cmd", required=True)
+    s = data.add_parser("corpus", help="build the offline corpus (stdlib code + Debian docs)")
+    s.add_argument("--out", default="data/corpus")
+    s.add_argument("--manifest-copy", default=None, help="also write the manifest here (committed)")
+    s.set_defaults(func=_cmd_data_corpus)
+
+    train = sub.add_parser("train", help="train tokenizer, targets, drafters").add_subparsers(
+        dest="train_cmd", required=True
+    )
+    s = train.add_parser("tokenizer", help="train the byte-level BPE tokenizer")
+    s.add_argument("--corpus", default="data/corpus")
+    s.add_argument("--out", required=True)
+    s.add_argument("--vocab-size", type=int, default=8192)
+    s.add_argument("--model-max-length", type=int, default=8192)
+    s.set_defaults(func=_cmd_train_tokenizer)
+
+    s = train.add_parser("target", help="pre-train a small Qwen3 target on the corpus")
+    s.add_argument("--preset", required=True, choices=["tiny-s", "tiny-m"])
+    s.add_argument("--corpus", default="data/corpus")
+    s.add_argument("--tokenizer", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--run-dir", default=None, help="logs and resumable checkpoint (default runs/NAME)")
+    s.add_argument("--steps", type=int, default=3000)
+    s.add_argument("--batch-size", type=int, default=16)
+    s.add_argument("--seq-len", type=int, default=256)
+    s.add_argument("--lr", type=float, default=2e-3)
+    s.add_argument("--warmup", type=int, default=100)
+    s.add_argument("--code-fraction", type=float, default=0.5)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--threads", type=int, default=2)
+    s.add_argument("--val-every", type=int, default=250)
+    s.add_argument("--checkpoint-minutes", type=float, default=4.0)
+    s.add_argument("--fp32", action="store_true", help="disable bf16 autocast")
+    s.add_argument("--resume", action="store_true")
+    s.set_defaults(func=_cmd_train_target)
+
+    card = sub.add_parser("card", help="write model cards").add_subparsers(dest="card_cmd", required=True)
+    s = card.add_parser("target", help="evaluate a target and write its MODEL_CARD.md")
+    s.add_argument("model")
+    s.add_argument("--corpus", default="data/corpus")
+    s.add_argument("--command", required=True, help="the exact training command, recorded in the card")
+    s.add_argument("--threads", type=int, default=2)
+    s.set_defaults(func=_cmd_card_target)
+
+    s = sub.add_parser("generate", help="generate text (autoregressive or speculative)")
+    from lilicorr.cli.generate import add_generate_args
+
+    add_generate_args(s)
+    s.set_defaults(func=_cmd_generate)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

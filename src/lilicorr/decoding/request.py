@@ -1,0 +1,77 @@
+"""One generation request: its parameters, output so far, and the rules for when it ends.
+
+Autoregressive decoding, the speculative engine and the server all commit tokens through
+``Request.commit`` so that eos, ``max_tokens``, ``min_tokens`` and stop strings behave the same
+everywhere, including when one speculative step emits several tokens at once.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from lilicorr.decoding.sampling import SamplingParams, make_generator
+
+
+@dataclass
+class Request:
+    prompt_ids: list[int]
+    params: SamplingParams
+    id: str = ""
+    eos_ids: frozenset[int] = frozenset()
+    output_ids: list[int] = field(default_factory=list)
+    finished: bool = False
+    finish_reason: str | None = None  # "stop" | "length"
+    stop_text_end: int | None = None  # character offset where a stop string began
+    generator: torch.Generator | None = None
+    t_start: float = field(default_factory=time.perf_counter)
+    t_first_token: float | None = None
+    t_end: float | None = None
+
+    def __post_init__(self) -> None:
+        self.params.validate()
+        if not self.prompt_ids:
+            raise ValueError("prompt must contain at least one token")
+        if self.generator is None:
+            self.generator = make_generator(self.params.seed)
+
+    def commit(self, tokens: list[int], decode=None) -> int:
+        """Append emitted tokens until the request ends; returns how many were taken.
+
+        ``decode`` (token ids → text) is needed only when stop strings are set.
+        """
+        taken = 0
+        for t in tokens:
+            if self.finished:
+                break
+            self.output_ids.append(t)
+            taken += 1
+            if self.t_first_token is None:
+                self.t_first_token = time.perf_counter()
+            n = len(self.output_ids)
+            if t in self.eos_ids and not self.params.ignore_eos and n > self.params.min_tokens:
+                self._finish("stop")
+            elif n >= self.params.max_tokens:
+                self._finish("length")
+            elif self.params.stop and decode is not None and n >= self.params.min_tokens:
+                text = decode(self.output_ids)
+                hits = [text.find(s) for s in self.params.stop if s and s in text]
+                if hits:
+                    self.stop_text_end = min(hits)
+                    self._finish("stop")
+        return taken
+
+    def _finish(self, reason: str) -> None:
+        self.finished = True
+        self.finish_reason = reason
+        self.t_end = time.perf_counter()
+
+    def text(self, decode) -> str:
+        """Output text with a matched stop string (and what follows it) removed, eos not shown."""
+        ids = [t for t in self.output_ids if t not in self.eos_ids or self.params.ignore_eos]
+        text = decode(ids)
+        if self.stop_text_end is not None:
+            text = text[: self.stop_text_end]
+        return text

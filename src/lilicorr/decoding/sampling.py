@@ -1,0 +1,71 @@
+"""Request sampling parameters and the processed target distribution they define.
+
+One definition serves autoregressive generation and every verifier: losslessness is measured
+against *this* distribution (temperature, then top-k, then top-p, as vLLM orders them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class SamplingParams:
+    max_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 or -1: disabled
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    ignore_eos: bool = False
+    min_tokens: int = 0
+
+    def validate(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < -1:
+            raise ValueError(f"top_k must be -1, 0 or positive, got {self.top_k}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Processed target distribution ``[..., vocab]`` (fp32) for a sampling request (T > 0)."""
+    x = logits.float() / params.temperature
+    if params.top_k and params.top_k > 0 and params.top_k < x.shape[-1]:
+        kth = torch.topk(x, params.top_k, dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    probs = torch.softmax(x, dim=-1)
+    if params.top_p < 1.0:
+        sorted_p, idx = torch.sort(probs, dim=-1, descending=True)
+        # Keep the smallest prefix whose mass reaches top_p (the first token is always kept).
+        drop_sorted = (sorted_p.cumsum(-1) - sorted_p) >= params.top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, idx, drop_sorted)
+        probs = probs.masked_fill(drop, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def sample_from(probs: torch.Tensor, gen: torch.Generator | None) -> int:
+    """One draw from a 1-D distribution by inverse CDF with the request's own generator."""
+    u = torch.rand((), generator=gen)
+    cdf = probs.double().cumsum(0)
+    idx = int(torch.searchsorted(cdf, u * cdf[-1], right=True))
+    return min(idx, probs.shape[0] - 1)
+
+
+def make_generator(seed: int | None) -> torch.Generator:
+    g = torch.Generator()
+    if seed is None:
+        g.seed()
+    else:
+        g.manual_seed(seed)
+    return g

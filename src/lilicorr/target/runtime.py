@@ -1,0 +1,205 @@
+"""Target runtime: any local Hugging Face causal LM, batched, with a KV cache that tolerates holes.
+
+Speculative decoding appends a block of drafted tokens to every sequence, then keeps a different
+number of them per sequence. Rather than re-layout the cache after every step, each cache column
+has a per-row *valid* flag: rejected tokens and padding become holes that the attention mask hides
+and RoPE positions skip. New tokens are always appended at the right end, so HF's own cache
+``update`` and causal mask stay correct; ``compact`` squeezes the holes out when they pile up.
+
+DFlash convention for taps: layer id ``i`` is the *output* of decoder layer ``i``, i.e. HF
+``hidden_states[i + 1]`` (for the last layer HF returns the final-normed state there).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+class TargetError(ValueError):
+    """A target folder or request that cannot be used; the message names the file or field."""
+
+
+@dataclass
+class TargetOutput:
+    logits: torch.Tensor  # [batch, new, vocab] fp32
+    taps: torch.Tensor | None  # [batch, new, len(layer_ids) * hidden] (model dtype), None without taps
+
+
+@dataclass
+class CacheState:
+    """Per-batch decoding state: HF cache plus which columns hold a live token of each row."""
+
+    cache: object  # transformers.DynamicCache
+    valid: torch.Tensor  # [batch, columns] bool
+    lengths: torch.Tensor  # [batch] int64: live tokens per row (= next RoPE position)
+
+    @property
+    def batch_size(self) -> int:
+        return self.valid.shape[0]
+
+
+def _check_folder(path: Path) -> dict:
+    if not path.is_dir():
+        raise TargetError(f"target {path}: not a directory")
+    cfg_path = path / "config.json"
+    if not cfg_path.exists():
+        raise TargetError(f"target {path}: config.json not found (expected a Hugging Face model folder)")
+    cfg = json.loads(cfg_path.read_text())
+    archs = cfg.get("architectures") or []
+    if not any(a.endswith("ForCausalLM") or a.endswith("LMHeadModel") for a in archs):
+        raise TargetError(
+            f"target {path}: config.json field 'architectures' = {archs}: expected a causal LM "
+            "(an architecture ending in 'ForCausalLM')"
+        )
+    if not any((path / f).exists() for f in ("tokenizer.json", "tokenizer.model", "vocab.json")):
+        raise TargetError(
+            f"target {path}: no tokenizer (tokenizer.json, tokenizer.model or vocab.json) found"
+        )
+    return cfg
+
+
+class TargetRuntime:
+    """A frozen causal LM with batched cached forwards and hidden-state taps."""
+
+    def __init__(
+        self, model: nn.Module, tokenizer, layer_ids: tuple[int, ...] = (), path: Path | None = None
+    ):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.path = path
+        self.num_layers = model.config.num_hidden_layers
+        self.hidden_size = model.config.hidden_size
+        self.vocab_size = model.config.vocab_size
+        self.set_layer_ids(layer_ids)
+
+    @classmethod
+    def load(
+        cls, path: str | Path, layer_ids: tuple[int, ...] = (), dtype: torch.dtype = torch.float32
+    ) -> TargetRuntime:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        path = Path(path)
+        _check_folder(path)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path)
+        except Exception as e:  # noqa: BLE001 - re-raised with the folder named
+            raise TargetError(f"target {path}: tokenizer failed to load: {e}") from e
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        return cls(model, tokenizer, layer_ids, path)
+
+    def set_layer_ids(self, layer_ids: tuple[int, ...]) -> None:
+        bad = [i for i in layer_ids if not 0 <= i < self.num_layers]
+        if bad:
+            raise TargetError(
+                f"target_layer_ids {list(layer_ids)}: {bad} out of range for a target with "
+                f"{self.num_layers} layers (valid: 0..{self.num_layers - 1})"
+            )
+        self.layer_ids = tuple(layer_ids)
+
+    # -- pieces a drafter shares with the target ------------------------------------------------
+    @property
+    def embed_tokens(self) -> nn.Embedding:
+        return self.model.get_input_embeddings()
+
+    @property
+    def lm_head(self) -> nn.Module:
+        return self.model.get_output_embeddings()
+
+    @property
+    def eos_token_ids(self) -> set[int]:
+        eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
+        eos = eos if eos is not None else self.model.config.eos_token_id
+        ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return ids
+
+    # -- cache ------------------------------------------------------------------------------------
+    def new_state(self, batch_size: int) -> CacheState:
+        from transformers import DynamicCache
+
+        return CacheState(
+            cache=DynamicCache(config=self.model.config),
+            valid=torch.zeros(batch_size, 0, dtype=torch.bool),
+            lengths=torch.zeros(batch_size, dtype=torch.long),
+        )
+
+    @torch.no_grad()
+    def forward(
+        self,
+        state: CacheState,
+        input_ids: torch.Tensor,
+        new_mask: torch.Tensor | None = None,
+        want_taps: bool = True,
+    ) -> TargetOutput:
+        """Append ``input_ids`` ``[batch, n]`` to every row and return logits (and taps) for them.
+
+        ``new_mask`` ``[batch, n]`` marks real tokens; each row's real tokens must come first, the
+        rest is padding that becomes a hole. Outputs at padding positions are meaningless.
+        """
+        b, n = input_ids.shape
+        if b != state.batch_size:
+            raise TargetError(f"input batch {b} != cache batch {state.batch_size}")
+        if new_mask is None:
+            new_mask = torch.ones(b, n, dtype=torch.bool)
+        positions = state.lengths[:, None] + torch.arange(n)[None, :]  # [batch, n]
+        # Every new column is visible to HF: causality hides a row's trailing pads from its real
+        # tokens, and a pad seeing itself keeps its activations finite (a fully masked query
+        # row would produce NaN that then leaks through 0 * NaN into later layers).
+        attn = torch.cat([state.valid, torch.ones(b, n, dtype=torch.bool)], dim=1).long()
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attn,
+            position_ids=positions,
+            past_key_values=state.cache,
+            use_cache=True,
+            output_hidden_states=bool(self.layer_ids) and want_taps,
+        )
+        state.valid = torch.cat([state.valid, new_mask], dim=1)
+        state.lengths = state.lengths + new_mask.sum(1)
+        taps = None
+        if self.layer_ids and want_taps:
+            taps = torch.cat([out.hidden_states[i + 1] for i in self.layer_ids], dim=-1)
+        return TargetOutput(logits=out.logits.float(), taps=taps)
+
+    def truncate(self, state: CacheState, keep: torch.Tensor) -> None:
+        """Keep only the first ``keep[b]`` live tokens of each row (drop rejected drafts)."""
+        if (keep > state.lengths).any():
+            raise TargetError(f"truncate: keep {keep.tolist()} exceeds lengths {state.lengths.tolist()}")
+        live_rank = state.valid.long().cumsum(1)  # [batch, columns]: 1-based rank of each live column
+        state.valid = state.valid & (live_rank <= keep[:, None])
+        state.lengths = keep.clone()
+        # Drop trailing columns that are holes in every row: plain crop, no copy.
+        any_live = state.valid.any(0)
+        last = int(any_live.nonzero().max()) + 1 if any_live.any() else 0
+        if last < state.valid.shape[1]:
+            state.cache.crop(last)
+            state.valid = state.valid[:, :last]
+        if state.valid.shape[1] > 64 and state.valid.shape[1] > 2 * int(state.lengths.max()):
+            self.compact(state)
+
+    def compact(self, state: CacheState) -> None:
+        """Squeeze holes out: live tokens of each row packed to the right, in order."""
+        cols = int(state.lengths.max())
+        b, t = state.valid.shape
+        # Source column of each target column: rows are right-aligned; left padding stays a hole.
+        order = torch.sort(state.valid.long(), dim=1, stable=True).indices  # holes first, then live
+        src = order[:, t - cols :]  # [batch, cols]
+        new_valid = torch.gather(state.valid, 1, src)
+        for layer in state.cache.layers:
+            for name in ("keys", "values"):
+                x = getattr(layer, name)  # [batch, kv_heads, t, head_dim]
+                idx = src[:, None, :, None].expand(b, x.shape[1], cols, x.shape[3])
+                setattr(layer, name, torch.gather(x, 2, idx))
+        state.valid = new_valid
+
+    def select_rows(self, state: CacheState, rows: torch.Tensor) -> None:
+        """Keep only the given batch rows (a finished request leaves the batch)."""
+        state.cache.reorder_cache(rows)
+        state.valid = state.valid[rows]
+        state.lengths = state.lengths[rows]
