@@ -11,7 +11,7 @@ def test_help_lists_every_subcommand(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr().out
-    for cmd in ("env", "data", "train", "card", "generate"):
+    for cmd in ("env", "data", "train", "card", "inspect", "generate"):
         assert cmd in out
 
 
@@ -92,3 +92,38 @@ def test_generate_bad_target_is_clear(tmp_path, capsys):
 
 def test_parser_builds():
     assert build_parser().prog == "lilicorr"
+
+
+def test_inspect_valid_and_broken(tmp_path, tiny_target_dir, capsys):
+    import torch
+
+    from lilicorr.checkpoint import save_draft
+    from lilicorr.models.config import DraftConfig, LiLiCorrGeometry
+    from lilicorr.models.draft import DraftModel
+    from lilicorr.target.runtime import TargetRuntime
+
+    tcfg = TargetRuntime.load(tiny_target_dir).model.config
+    cfg = DraftConfig(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=tcfg.vocab_size,
+        block_size=4,
+        mask_token_id=3,
+        target_layer_ids=[0, 2],
+        lilicorr=LiLiCorrGeometry(factor_dim=16),
+    )
+    torch.manual_seed(0)
+    save_draft(DraftModel(cfg), tmp_path / "d")
+    assert main(["inspect", str(tmp_path / "d"), "--target", str(tiny_target_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "LiLiCorrDraftModel" in out and "VALID for target" in out and "lilicorr.layers.0" in out
+    cfg_json = json.loads((tmp_path / "d" / "config.json").read_text())
+    cfg_json["dflash_config"]["lilicorr_candidate_topk"] = 12
+    (tmp_path / "d" / "config.json").write_text(json.dumps(cfg_json))
+    assert main(["inspect", str(tmp_path / "d")]) == 1
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("INVALID: ") and "lilicorr_candidate_topk' = 12" in out and "\n" not in out

@@ -95,6 +95,12 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return run_generate(args)
 
 
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from lilicorr.cli.inspect_cmd import run_inspect
+
+    return run_inspect(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lilicorr", description="LiLiCorr speculative decoding toolkit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -145,6 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--command", required=True, help="the exact training command, recorded in the card")
     s.add_argument("--threads", type=int, default=2)
     s.set_defaults(func=_cmd_card_target)
+
+    s = sub.add_parser("inspect", help="explain a draft checkpoint: geometry, parameters, validity")
+    from lilicorr.cli.inspect_cmd import add_inspect_args
+
+    add_inspect_args(s)
+    s.set_defaults(func=_cmd_inspect)
 
     s = sub.add_parser("generate", help="generate text (autoregressive or speculative)")
     from lilicorr.cli.generate import add_generate_args

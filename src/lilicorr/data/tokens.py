@@ -49,6 +49,8 @@ def sample_windows(arr: np.ndarray, batch: int, length: int, gen: torch.Generato
 
 def fixed_windows(arr: np.ndarray, count: int, length: int) -> torch.Tensor:
     """``count`` evenly spaced windows (deterministic validation set): ``[count, length]``."""
+    if len(arr) < length:
+        raise ValueError(f"token array of {len(arr)} tokens is shorter than one {length}-token window")
     step = max(1, (len(arr) - length) // count)
     starts = [i * step for i in range(count) if i * step + length <= len(arr)]
     return torch.from_numpy(np.stack([arr[s : s + length].astype(np.int64) for s in starts]))
