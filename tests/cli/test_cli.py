@@ -16,9 +16,7 @@ def test_help_lists_every_subcommand(capsys):
 
 
 def test_console_script_help():
-    out = subprocess.run(
-        [sys.executable, "-m", "lilicorr.cli.main", "--help"], capture_output=True, text=True
-    )
+    out = subprocess.run([sys.executable, "-m", "lilicorr.cli.main", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "generate" in out.stdout
 
 
@@ -55,9 +53,7 @@ def test_generate_json_greedy_matches_hf_generate(tiny_target_dir, capsys):
 
 def test_generate_prompts_file_and_bad_file(tiny_target_dir, tmp_path, capsys):
     f = tmp_path / "p.jsonl"
-    f.write_text(
-        '{"id": "a", "prompt": "import os", "category": "code", "extra": 1}\n{"id": "b", "prompt": "The"}\n'
-    )
+    f.write_text('{"id": "a", "prompt": "import os", "category": "code", "extra": 1}\n{"id": "b", "prompt": "The"}\n')
     assert (
         main(
             [

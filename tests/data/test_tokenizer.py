@@ -42,9 +42,7 @@ def test_saved_tokenizer_chat_template(tiny_target_dir):
     from transformers import AutoTokenizer
 
     hf = AutoTokenizer.from_pretrained(tiny_target_dir)
-    text = hf.apply_chat_template(
-        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
-    )
+    text = hf.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
     assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert hf.eos_token_id == 0
     assert hf.decode(hf.encode("x = 1\n", add_special_tokens=False)) == "x = 1\n"

@@ -189,9 +189,7 @@ def test_token_proj_must_be_absent_when_widths_equal(tmp_path):
 def test_has_own_lm_head_without_tensor(saved, tmp_path):
     d = _copy(saved, tmp_path)
     _edit_config(d, lambda c: c.update(has_own_lm_head=True))
-    with pytest.raises(
-        CheckpointError, match="'has_own_lm_head' is true but tensor 'lm_head.weight' is missing"
-    ):
+    with pytest.raises(CheckpointError, match="'has_own_lm_head' is true but tensor 'lm_head.weight' is missing"):
         load_draft(d, TARGET)
 
 

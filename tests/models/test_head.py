@@ -124,9 +124,7 @@ def test_head_matches_explicit_formula():
         ],
         -1,
     )
-    fm = head.feature_mlp.down_proj(
-        torch.nn.functional.silu(head.feature_mlp.up_proj(head.feature_norm(feats)))
-    )
+    fm = head.feature_mlp.down_proj(torch.nn.functional.silu(head.feature_mlp.up_proj(head.feature_norm(feats))))
     x = head.token_proj(emb) + head.pass_hidden_proj(ph)[:, None] + fm
     x = x + head.slot_embedding[0, 0, :n] + head.rank_embedding[0, 0, 0]
     x = x.reshape(n * k, -1)
@@ -134,9 +132,7 @@ def test_head_matches_explicit_formula():
     for a in range(n * k):
         for b in range(n * k):
             sa, sb = a // k, b // k
-            bias[:, a, b] = head.relative_slot_bias[:, sa - sb + cfg.block_size - 1] + head.same_slot_bias * (
-                sa == sb
-            )
+            bias[:, a, b] = head.relative_slot_bias[:, sa - sb + cfg.block_size - 1] + head.same_slot_bias * (sa == sb)
     for layer in head.layers:
         mha = torch.nn.MultiheadAttention(48, 4, batch_first=True)
         mha.in_proj_weight.data, mha.in_proj_bias.data = (
@@ -188,10 +184,7 @@ def test_shorter_drafts_use_prefix_parameters(n):
 def test_too_long_draft_refused():
     head, cfg = _head()
     lat = _lattice(cfg, n=cfg.block_size - 1)
-    lat = {
-        k: (torch.cat([v, v[:, :1]], 1) if k in ("pass_hidden", "token_emb", "lp") else v)
-        for k, v in lat.items()
-    }
+    lat = {k: (torch.cat([v, v[:, :1]], 1) if k in ("pass_hidden", "token_emb", "lp") else v) for k, v in lat.items()}
     with pytest.raises(ValueError, match="draft length 6 outside 1..5"):
         head(**lat)
 

@@ -70,9 +70,7 @@ def test_batch_of_different_lengths_equals_single_runs(tiny_target):
         logits, hs = _full_forward(tiny_target, full_ids)
         torch.testing.assert_close(first.logits[i, : len(p)], logits[: len(p)], atol=1e-5, rtol=0)
         torch.testing.assert_close(second.logits[i], logits[len(p) :], atol=1e-5, rtol=0)
-        torch.testing.assert_close(
-            second.taps[i], torch.cat([hs[1], hs[3]], -1)[0, len(p) :], atol=1e-5, rtol=0
-        )
+        torch.testing.assert_close(second.taps[i], torch.cat([hs[1], hs[3]], -1)[0, len(p) :], atol=1e-5, rtol=0)
         kept = full_ids[: int(keep[i])] + [42 + i]
         logits3, _ = _full_forward(tiny_target, kept)
         torch.testing.assert_close(third.logits[i, 0], logits3[-1], atol=1e-5, rtol=0)
@@ -134,3 +132,17 @@ def test_missing_tokenizer(tmp_path, tiny_target_dir):
     (d / "tokenizer.json").unlink()
     with pytest.raises(TargetError, match="no tokenizer"):
         TargetRuntime.load(d)
+
+
+def test_concat_states_joins_running_batch(tiny_target):
+    pa, pb = _prompt(9, seed=11), _prompt(4, seed=12)
+    sa, sb = tiny_target.new_state(1), tiny_target.new_state(1)
+    tiny_target.forward(sa, torch.tensor([pa]))
+    tiny_target.forward(sb, torch.tensor([pb]))
+    state = tiny_target.concat_states(sa, sb)
+    out = tiny_target.forward(state, torch.tensor([[30], [31]]))
+    la, _ = _full_forward(tiny_target, pa + [30])
+    lb, _ = _full_forward(tiny_target, pb + [31])
+    torch.testing.assert_close(out.logits[0, 0], la[-1], atol=1e-5, rtol=0)
+    torch.testing.assert_close(out.logits[1, 0], lb[-1], atol=1e-5, rtol=0)
+    assert state.lengths.tolist() == [10, 5]

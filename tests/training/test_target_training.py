@@ -71,9 +71,7 @@ def _cfg(small_corpus, tmp_path, name, steps):
 
 
 def test_lr_schedule_warmup_then_cosine():
-    cfg = TargetTrainConfig(
-        preset="x", corpus="", tokenizer="", out="", run_dir="", steps=100, warmup=10, lr=1.0
-    )
+    cfg = TargetTrainConfig(preset="x", corpus="", tokenizer="", out="", run_dir="", steps=100, warmup=10, lr=1.0)
     assert lr_at(0, cfg) == pytest.approx(0.1)
     assert lr_at(10, cfg) == pytest.approx(1.0)
     assert lr_at(100, cfg) == pytest.approx(0.1)

@@ -38,9 +38,7 @@ _B_TO_A = (
     (r"^lilicorr\.layers\.(\d+)\.mlp\.2\.", r"lilicorr.layers.\1.mlp.down_proj."),
 )
 # Present in some exports, never used: the engines take these from the target / recompute them.
-_TOLERATED = re.compile(
-    r"^(embed_tokens\.weight|rotary_emb\.inv_freq|layers\.\d+\.self_attn\.rotary_emb\..*)$"
-)
+_TOLERATED = re.compile(r"^(embed_tokens\.weight|rotary_emb\.inv_freq|layers\.\d+\.self_attn\.rotary_emb\..*)$")
 
 
 def _rename(name: str, rules) -> str:
@@ -124,16 +122,14 @@ def check_target_compat(cfg: DraftConfig, target_cfg, where: str) -> None:
         )
     if (cfg.target_hidden_size or cfg.hidden_size) != th:
         raise CheckpointError(
-            f"{where}: field 'target_hidden_size' = {cfg.target_hidden_size} but the target "
-            f"hidden size is {th}"
+            f"{where}: field 'target_hidden_size' = {cfg.target_hidden_size} but the target hidden size is {th}"
         )
 
 
 def check_num_speculative_tokens(cfg: DraftConfig, n: int) -> None:
     if not 1 <= n <= cfg.block_size - 1:
         raise CheckpointError(
-            f"num_speculative_tokens = {n}: expected 1..{cfg.block_size - 1} "
-            f"(block_size {cfg.block_size} - 1)"
+            f"num_speculative_tokens = {n}: expected 1..{cfg.block_size - 1} (block_size {cfg.block_size} - 1)"
         )
 
 

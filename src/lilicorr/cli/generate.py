@@ -36,9 +36,7 @@ def read_prompts(path: Path) -> list[dict]:
             raise SystemExit(f"error: {path}:{n}: not valid JSON ({e.msg})") from e
         if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
             raise SystemExit(f"error: {path}:{n}: field 'prompt' (string) is missing")
-        records.append(
-            {"id": str(rec.get("id", n)), "prompt": rec["prompt"], "category": rec.get("category")}
-        )
+        records.append({"id": str(rec.get("id", n)), "prompt": rec["prompt"], "category": rec.get("category")})
     if not records:
         raise SystemExit(f"error: {path}: no prompts")
     return records

@@ -79,9 +79,7 @@ def fetch_debs(workdir: Path) -> dict[str, str]:
     missing = [p for p in DEB_PACKAGES if p not in have]
     if missing:
         if shutil.which("apt-get") is None:
-            raise CorpusError(
-                f"apt-get not found: cannot fetch {missing} (Debian packages for the prose corpus)"
-            )
+            raise CorpusError(f"apt-get not found: cannot fetch {missing} (Debian packages for the prose corpus)")
         subprocess.run(["apt-get", "update", "-qq"], check=False, capture_output=True)
         res = subprocess.run(["apt-get", "download", *missing], cwd=debs, capture_output=True, text=True)
         if res.returncode != 0:
@@ -137,9 +135,7 @@ def build_corpus(out: Path, stdlib: Path | None = None) -> dict:
             "bytes": len(body.encode()),
             "sha256": hashlib.sha256(body.encode()).hexdigest(),
         }
-    manifest["hash"] = hashlib.sha256(json.dumps(manifest["splits"], sort_keys=True).encode()).hexdigest()[
-        :16
-    ]
+    manifest["hash"] = hashlib.sha256(json.dumps(manifest["splits"], sort_keys=True).encode()).hexdigest()[:16]
     atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
     return manifest
 

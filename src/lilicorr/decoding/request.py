@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lilicorr.decoding.sampling import SamplingParams, make_generator
+from lilicorr.decoding.stats import SpecStats
 
 
 @dataclass
@@ -29,6 +30,7 @@ class Request:
     t_start: float = field(default_factory=time.perf_counter)
     t_first_token: float | None = None
     t_end: float | None = None
+    stats: SpecStats = field(default_factory=SpecStats)  # speculative counters of this request
 
     def __post_init__(self) -> None:
         self.params.validate()

@@ -82,16 +82,12 @@ class DraftLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = DraftMLP(cfg)
         if cfg.conv_kernel_size:
-            self.attention_conv = GroupedDynamicConv(
-                cfg.hidden_size, cfg.conv_kernel_size, cfg.conv_group_size
-            )
+            self.attention_conv = GroupedDynamicConv(cfg.hidden_size, cfg.conv_kernel_size, cfg.conv_group_size)
             self.mlp_conv = GroupedDynamicConv(cfg.hidden_size, cfg.conv_kernel_size, cfg.conv_group_size)
         else:
             self.attention_conv = self.mlp_conv = None
 
-    def forward(
-        self, x: torch.Tensor, pos: torch.Tensor, ctx_kv: KV, mask: torch.Tensor, block: int
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, ctx_kv: KV, mask: torch.Tensor, block: int) -> torch.Tensor:
         u = self.input_layernorm(x)
         if self.attention_conv is None:
             x = x + self.self_attn(u, pos, ctx_kv, mask)

@@ -156,9 +156,7 @@ class DraftConfig:
             )
         dfc = d.get("dflash_config") or {}
         if not isinstance(dfc, dict):
-            raise CheckpointError(
-                f"{where}: field 'dflash_config' must be an object, found {type(dfc).__name__}"
-            )
+            raise CheckpointError(f"{where}: field 'dflash_config' must be an object, found {type(dfc).__name__}")
 
         def need(key: str, src: dict, kind: type | tuple = int, label: str = "") -> Any:
             name = label or key
@@ -196,13 +194,9 @@ class DraftConfig:
             )
         block = dfc.get("block_size", d.get("block_size"))
         if block is None:
-            raise CheckpointError(
-                f"{where}: field 'dflash_config.block_size' missing (SGLang would assume 16)"
-            )
+            raise CheckpointError(f"{where}: field 'dflash_config.block_size' missing (SGLang would assume 16)")
         if isinstance(block, bool) or not isinstance(block, int) or block < 2:
-            raise CheckpointError(
-                f"{where}: field 'dflash_config.block_size' must be an integer >= 2, found {block!r}"
-            )
+            raise CheckpointError(f"{where}: field 'dflash_config.block_size' must be an integer >= 2, found {block!r}")
         mask = need("mask_token_id", dfc, int, "dflash_config.mask_token_id")
         if not 0 <= mask < backbone["vocab_size"]:
             raise CheckpointError(
@@ -237,9 +231,7 @@ class DraftConfig:
                 f"hidden_size = {backbone['hidden_size']}"
             )
         if dfc.get("sample_from_anchor"):
-            raise CheckpointError(
-                f"{where}: field 'dflash_config.sample_from_anchor' = true is not supported"
-            )
+            raise CheckpointError(f"{where}: field 'dflash_config.sample_from_anchor' = true is not supported")
         geometry = None
         if arch == LILICORR_ARCH:
             geometry = _parse_geometry(dfc, backbone["hidden_size"], where)
@@ -269,9 +261,7 @@ class DraftConfig:
             mask_token_id=mask,
             target_layer_ids=list(layer_ids),
             rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(
-                d.get("rope_theta", (d.get("rope_parameters") or {}).get("rope_theta", 10000.0))
-            ),
+            rope_theta=float(d.get("rope_theta", (d.get("rope_parameters") or {}).get("rope_theta", 10000.0))),
             max_position_embeddings=int(d.get("max_position_embeddings", 8192)),
             attention_bias=bool(d.get("attention_bias", False)),
             target_hidden_size=d.get("target_hidden_size"),
@@ -292,9 +282,7 @@ def _parse_geometry(dfc: dict, draft_hidden: int, where: str) -> LiLiCorrGeometr
         )
     for key in LILICORR_FIELDS:
         if key not in dfc:
-            raise CheckpointError(
-                f"{where}: field 'dflash_config.{key}' missing (required by SGLang and vLLM)"
-            )
+            raise CheckpointError(f"{where}: field 'dflash_config.{key}' missing (required by SGLang and vLLM)")
     ints = (
         "lilicorr_candidate_topk",
         "lilicorr_hidden_size",
@@ -331,9 +319,7 @@ def _parse_geometry(dfc: dict, draft_hidden: int, where: str) -> LiLiCorrGeometr
             raise CheckpointError(f"{where}: field 'dflash_config.{key}' = {dfc[key]!r}: expected > 0")
     eps = dfc["lilicorr_vector_eps"]
     if not 0 < eps < 0.5:
-        raise CheckpointError(
-            f"{where}: field 'dflash_config.lilicorr_vector_eps' = {eps!r}: expected in (0, 0.5)"
-        )
+        raise CheckpointError(f"{where}: field 'dflash_config.lilicorr_vector_eps' = {eps!r}: expected in (0, 0.5)")
     width = dfc["lilicorr_hidden_size"] or draft_hidden
     if width % dfc["lilicorr_num_heads"]:
         raise CheckpointError(

@@ -168,9 +168,7 @@ class LiLiCorrHead(nn.Module):
         """
         b, n, k, _ = token_emb.shape
         if not 1 <= n <= self.block_size - 1:
-            raise ValueError(
-                f"draft length {n} outside 1..{self.block_size - 1} (trained block {self.block_size})"
-            )
+            raise ValueError(f"draft length {n} outside 1..{self.block_size - 1} (trained block {self.block_size})")
         if k != self.k:
             raise ValueError(f"lattice has {k} candidates per slot, head was trained for K={self.k}")
         dtype = self.slot_embedding.dtype

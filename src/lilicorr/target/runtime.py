@@ -57,18 +57,14 @@ def _check_folder(path: Path) -> dict:
             "(an architecture ending in 'ForCausalLM')"
         )
     if not any((path / f).exists() for f in ("tokenizer.json", "tokenizer.model", "vocab.json")):
-        raise TargetError(
-            f"target {path}: no tokenizer (tokenizer.json, tokenizer.model or vocab.json) found"
-        )
+        raise TargetError(f"target {path}: no tokenizer (tokenizer.json, tokenizer.model or vocab.json) found")
     return cfg
 
 
 class TargetRuntime:
     """A frozen causal LM with batched cached forwards and hidden-state taps."""
 
-    def __init__(
-        self, model: nn.Module, tokenizer, layer_ids: tuple[int, ...] = (), path: Path | None = None
-    ):
+    def __init__(self, model: nn.Module, tokenizer, layer_ids: tuple[int, ...] = (), path: Path | None = None):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.path = path
@@ -203,3 +199,27 @@ class TargetRuntime:
         state.cache.reorder_cache(rows)
         state.valid = state.valid[rows]
         state.lengths = state.lengths[rows]
+
+    def concat_states(self, a: CacheState, b: CacheState) -> CacheState:
+        """Stack two batches (requests joining a running batch); the shorter is left-padded with holes."""
+        ta, tb = a.valid.shape[1], b.valid.shape[1]
+        t = max(ta, tb)
+
+        def pad(x: torch.Tensor, cols: int) -> torch.Tensor:
+            if cols == t:
+                return x
+            return torch.cat([x.new_zeros(*x.shape[:2], t - cols, x.shape[3]), x], 2)
+
+        state = self.new_state(a.batch_size + b.batch_size)
+        for i, (la, lb) in enumerate(zip(a.cache.layers, b.cache.layers, strict=True)):
+            k = torch.cat([pad(la.keys, ta), pad(lb.keys, tb)])
+            v = torch.cat([pad(la.values, ta), pad(lb.values, tb)])
+            state.cache.update(k, v, i)
+        state.valid = torch.cat(
+            [
+                torch.cat([torch.zeros(a.batch_size, t - ta, dtype=torch.bool), a.valid], 1),
+                torch.cat([torch.zeros(b.batch_size, t - tb, dtype=torch.bool), b.valid], 1),
+            ]
+        )
+        state.lengths = torch.cat([a.lengths, b.lengths])
+        return state

@@ -185,9 +185,7 @@ def train_target(cfg: TargetTrainConfig, resume: bool = False) -> dict:
         )  # [batch, seq+1]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
             logits = model(input_ids=batch[:, :-1]).logits  # [batch, seq, vocab]
-        loss = torch.nn.functional.cross_entropy(
-            logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1)
-        )
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

@@ -1,0 +1,120 @@
+"""Proposal methods behind one small interface, so comparison arms plug into the engine unchanged.
+
+A proposer turns one drafted block (draft hidden states and logits at the mask slots, plus the
+anchor features) into draft tokens and the distribution ``q`` they were drawn from. The engine
+verifies against ``q``, so any proposer is lossless as long as ``q`` is the truth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from lilicorr.decoding.stats import StageTimer
+from lilicorr.decoding.walk import walk_greedy, walk_probabilistic
+from lilicorr.models.head import LiLiCorrHead, candidates
+
+DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
+
+
+@dataclass
+class DraftOutput:
+    hidden: torch.Tensor  # [batch, n, Hm] draft output after norm, mask slots 1..n
+    logits: torch.Tensor  # [batch, n, V] fp32 draft logits through the LM head
+    anchor: torch.Tensor  # [batch, Hm] fused target features of the last accepted position
+    anchor_valid: torch.Tensor  # [batch] bool
+    requests: list | None = None  # the requests of each row (history-based proposers read them)
+
+
+@dataclass
+class Proposal:
+    tokens: torch.Tensor  # [batch, n] long
+    q_ids: torch.Tensor | None  # [batch, n, S] support of q, or None: q_probs covers the whole vocabulary
+    q_probs: torch.Tensor  # [batch, n, S] (or [batch, n, V]) fp32
+
+    def q_dense(self, row: int, vocab: int) -> torch.Tensor:
+        """q of one request as ``[n, V]``."""
+        if self.q_ids is None:
+            return self.q_probs[row]
+        n = self.tokens.shape[1]
+        return torch.zeros(n, vocab).scatter_(1, self.q_ids[row], self.q_probs[row])
+
+
+def _sample_rows(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF samples of ``probs`` ``[batch, n, V]`` with ``uniforms`` ``[batch, n]``."""
+    cdf = probs.cumsum(-1)
+    idx = torch.searchsorted(cdf, (uniforms * cdf[..., -1]).unsqueeze(-1).contiguous(), right=True).squeeze(-1)
+    return idx.clamp_max(probs.shape[-1] - 1)
+
+
+class Proposer:
+    """Interface: ``propose`` returns tokens and q for a batch of drafted blocks."""
+
+    name = "base"
+    needs_draft = True
+
+    def __init__(self, draft_sample_method: str = "greedy"):
+        if draft_sample_method not in DRAFT_SAMPLE_METHODS:
+            raise ValueError(f"draft_sample_method {draft_sample_method!r}: expected one of {DRAFT_SAMPLE_METHODS}")
+        self.draft_sample_method = draft_sample_method
+
+    def propose(self, d: DraftOutput, temperature: torch.Tensor, uniforms: torch.Tensor, timer: StageTimer) -> Proposal:
+        raise NotImplementedError
+
+
+class AutoregressiveProposer(Proposer):
+    """No draft: every cycle is one target forward of the pending token."""
+
+    name = "ar"
+    needs_draft = False
+
+
+class DFlashProposer(Proposer):
+    """Vanilla DFlash: per-slot argmax, or (probabilistic, T > 0) a sample of the slot marginal."""
+
+    name = "dflash"
+
+    def propose(self, d: DraftOutput, temperature: torch.Tensor, uniforms: torch.Tensor, timer: StageTimer) -> Proposal:
+        with timer.stage("walk"):
+            arg = d.logits.argmax(-1)  # [batch, n]
+            sampled = temperature > 0
+            if self.draft_sample_method == "greedy" or not bool(sampled.any()):
+                return Proposal(tokens=arg, q_ids=arg[..., None], q_probs=torch.ones(*arg.shape, 1))
+            t = torch.where(sampled, temperature, torch.ones_like(temperature))[:, None, None]
+            probs = torch.softmax(d.logits / t, dim=-1)  # [batch, n, V]
+            probs = torch.where(sampled[:, None, None], probs, F.one_hot(arg, probs.shape[-1]).to(probs.dtype))
+            return Proposal(tokens=_sample_rows(probs, uniforms), q_ids=None, q_probs=probs)
+
+
+class LiLiCorrProposer(Proposer):
+    """Top-K lattice → head scores → greedy or probabilistic walk; q over the K candidates."""
+
+    name = "lilicorr"
+
+    def __init__(self, head: LiLiCorrHead, embed: torch.nn.Embedding, draft_sample_method: str = "greedy"):
+        super().__init__(draft_sample_method)
+        self.head, self.embed = head, embed
+
+    def lattice(self, d: DraftOutput, timer: StageTimer):
+        with timer.stage("candidates"):
+            ids, lp = candidates(d.logits, self.head.k)  # [batch, n, K]
+            emb = self.embed(ids).to(d.hidden.dtype)  # [batch, n, K, Hm]
+        with timer.stage("head"):
+            scores = self.head(d.hidden, emb, lp, d.anchor, d.anchor_valid)
+        return ids, scores
+
+    def propose(self, d: DraftOutput, temperature: torch.Tensor, uniforms: torch.Tensor, timer: StageTimer) -> Proposal:
+        ids, scores = self.lattice(d, timer)
+        with timer.stage("walk"):
+            if self.draft_sample_method == "greedy":
+                picks = walk_greedy(scores)
+                q = torch.ones(*picks.shape, 1)
+                return Proposal(
+                    tokens=ids.gather(-1, picks[..., None]).squeeze(-1),
+                    q_ids=ids.gather(-1, picks[..., None]),
+                    q_probs=q,
+                )
+            picks, q = walk_probabilistic(scores, temperature, uniforms)
+            return Proposal(tokens=ids.gather(-1, picks[..., None]).squeeze(-1), q_ids=ids, q_probs=q)
