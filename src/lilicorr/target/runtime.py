@@ -174,7 +174,7 @@ class TargetRuntime:
         any_live = state.valid.any(0)
         last = int(any_live.nonzero().max()) + 1 if any_live.any() else 0
         if last < state.valid.shape[1]:
-            state.cache.crop(last)
+            state.cache.crop(last - state.valid.shape[1])  # negative: number of columns to drop
             state.valid = state.valid[:, :last]
         if state.valid.shape[1] > 64 and state.valid.shape[1] > 2 * int(state.lengths.max()):
             self.compact(state)
