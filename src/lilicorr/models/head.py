@@ -19,7 +19,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from lilicorr.models.config import DraftConfig
-from lilicorr.models.layers import RMSNorm
 
 NUM_FEATURES = 5  # lp, p, lp − max lp, rank fraction, is-top1 — order fixed by the trained first Linear
 
@@ -74,9 +73,9 @@ class LatticeMLP(nn.Module):
 class LatticeLayer(nn.Module):
     def __init__(self, width: int, heads: int, mlp_hidden: int, eps: float):
         super().__init__()
-        self.attn_norm = RMSNorm(width, eps)
+        self.attn_norm = nn.RMSNorm(width, eps=eps)
         self.attn = LatticeAttention(width, heads)
-        self.mlp_norm = RMSNorm(width, eps)
+        self.mlp_norm = nn.RMSNorm(width, eps=eps)
         self.mlp = LatticeMLP(width, mlp_hidden)
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -108,8 +107,9 @@ class LiLiCorrHead(nn.Module):
         self.layers = nn.ModuleList(
             LatticeLayer(h, g.num_heads, int(h * g.mlp_ratio), cfg.rms_norm_eps) for _ in range(g.num_layers)
         )
-        self.output_norm = RMSNorm(h, cfg.rms_norm_eps)
-        self.anchor_norm = RMSNorm(h, cfg.rms_norm_eps)
+        # torch's RMSNorm, as the engines use for the head (its bf16 rounding differs from Qwen3's).
+        self.output_norm = nn.RMSNorm(h, eps=cfg.rms_norm_eps)
+        self.anchor_norm = nn.RMSNorm(h, eps=cfg.rms_norm_eps)
         self.factor_input_proj = nn.Linear(3 * h, h)
         self.out_head = nn.Linear(h, g.factor_dim)
         self.in_head = nn.Linear(h, g.factor_dim)
@@ -190,7 +190,8 @@ class LiLiCorrHead(nn.Module):
         out = F.normalize(self.out_head(g), dim=-1, eps=self.eps)  # [b, n, K, F]
         inn = F.normalize(self.in_head(g), dim=-1, eps=self.eps)  # [b, n, K, F]
         ao = F.normalize(self.anchor_out_head(a), dim=-1, eps=self.eps)  # [b, F]
-        start = torch.einsum("bf,bkf->bk", ao, inn[:, 0])  # [b, K]
+        # Elementwise product then sum (not a matmul): the engines' form, so bf16 rounding agrees.
+        start = (ao[:, None, :] * inn[:, 0]).sum(-1)  # [b, K]
         pair = torch.matmul(out[:, :-1], inn[:, 1:].transpose(-1, -2))  # [b, n−1, K, K]
         return HeadScores(start=self.scale * start.float(), pair=self.scale * pair.float())
 
