@@ -123,3 +123,41 @@ def test_inspect_valid_and_broken(tmp_path, tiny_target_dir, capsys):
     assert main(["inspect", str(tmp_path / "d")]) == 1
     out = capsys.readouterr().out.strip()
     assert out.startswith("INVALID: ") and "lilicorr_candidate_topk' = 12" in out and "\n" not in out
+
+
+def test_generate_speculative_compare_ar_json(tiny_target_dir, tmp_path, capsys):
+    from lilicorr.checkpoint import save_draft
+    from lilicorr.target.runtime import TargetRuntime
+    from tests.decoding.engine_helpers import random_draft
+
+    save_draft(random_draft(TargetRuntime.load(tiny_target_dir)), tmp_path / "d", dtype=__import__("torch").float32)
+    rc = main(
+        [
+            "generate",
+            "--target",
+            str(tiny_target_dir),
+            "--draft",
+            str(tmp_path / "d"),
+            "--prompt",
+            "import os",
+            "--max-new-tokens",
+            "10",
+            "--compare-ar",
+            "--json",
+            "--num-speculative-tokens",
+            "3",
+        ]
+    )
+    assert rc == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.strip().splitlines()]
+    rec, summary = lines[0], lines[-1]
+    assert rec["method"] == "lilicorr" and rec["ar_identical"] is True
+    assert rec["num_draft_tokens"] == 3 * rec["num_drafts"] and rec["tau"] >= 1.0
+    assert set(rec["time_breakdown_s"]) == {"target_verify", "draft_backbone", "candidates", "head", "walk", "other"}
+    assert summary["summary"] and "speedup" in summary
+
+
+def test_generate_bad_draft_is_clear(tiny_target_dir, tmp_path, capsys):
+    (tmp_path / "d").mkdir()
+    assert main(["generate", "--target", str(tiny_target_dir), "--draft", str(tmp_path / "d"), "--prompt", "x"]) == 2
+    assert "config.json: not found" in capsys.readouterr().err

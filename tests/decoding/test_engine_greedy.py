@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-from lilicorr.decoding.autoregressive import generate_autoregressive
 from lilicorr.decoding.engine import SpecConfig, SpecEngine
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
@@ -26,12 +25,22 @@ def _requests(prompts, eos=frozenset({0}), **kw):
     ]
 
 
+@torch.no_grad()
+def _greedy_no_cache(model, prompt, max_tokens, eos=0):
+    """The plainest possible reference: a full forward per token, no cache, no batching."""
+    seq, out = list(prompt), []
+    while len(out) < max_tokens:
+        tok = int(model(input_ids=torch.tensor([seq])).logits[0, -1].argmax())
+        out.append(tok)
+        seq.append(tok)
+        if tok == eos:
+            break
+    return out
+
+
 @pytest.fixture(scope="module")
 def reference(tiny_target):
-    reqs = _requests(_prompts())
-    for r in reqs:  # batch 1: the plainest possible reference
-        generate_autoregressive(tiny_target, [r])
-    return [r.output_ids for r in reqs]
+    return [_greedy_no_cache(tiny_target.model, p, MAX_TOKENS) for p in _prompts()]
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,15 @@
-"""``lilicorr generate``: plain autoregressive or speculative generation from the command line."""
+"""``lilicorr generate``: autoregressive or speculative generation from the command line.
+
+Both go through the one engine (``SpecEngine``): without ``--draft`` it runs the ``ar`` method,
+so a ``--compare-ar`` speedup compares two runs of the same loop.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 
@@ -13,11 +18,23 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="one prompt")
     src.add_argument("--prompts", help="JSONL file with fields id, prompt, optional category")
+    p.add_argument("--draft", help="DFlashDraftModel / LiLiCorrDraftModel checkpoint folder")
+    p.add_argument(
+        "--method",
+        choices=["ar", "dflash", "lilicorr"],
+        default=None,
+        help="proposal method (default: from the checkpoint's architecture; ar without --draft)",
+    )
+    p.add_argument("--num-speculative-tokens", type=int, default=None, help="1..block_size-1 (default B-1)")
+    p.add_argument("--draft-sample-method", choices=["greedy", "probabilistic"], default="greedy")
+    p.add_argument("--rejection-sample-method", choices=["standard", "block"], default="standard")
+    p.add_argument("--compare-ar", action="store_true", help="also decode autoregressively and print the speedup")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ignore-eos", action="store_true")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", action="store_true", help="one JSON object per prompt")
 
@@ -45,7 +62,8 @@ def read_prompts(path: Path) -> list[dict]:
 def run_generate(args: argparse.Namespace) -> int:
     import torch
 
-    from lilicorr.decoding.autoregressive import generate_autoregressive
+    from lilicorr.checkpoint import CheckpointError, load_draft
+    from lilicorr.decoding.engine import SpecConfig, SpecEngine
     from lilicorr.decoding.request import Request
     from lilicorr.decoding.sampling import SamplingParams
     from lilicorr.target.runtime import TargetError, TargetRuntime
@@ -54,7 +72,16 @@ def run_generate(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     try:
         target = TargetRuntime.load(args.target)
-    except TargetError as e:
+        draft = load_draft(args.draft, target.model.config) if args.draft else None
+        spec = SpecConfig(
+            method=args.method,
+            num_speculative_tokens=args.num_speculative_tokens,
+            draft_sample_method=args.draft_sample_method,
+            rejection_sample_method=args.rejection_sample_method,
+        )
+        engine = SpecEngine(target, draft, spec)
+        ar_engine = SpecEngine(target) if args.compare_ar else None
+    except (TargetError, CheckpointError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     prompts = (
@@ -64,27 +91,29 @@ def run_generate(args: argparse.Namespace) -> int:
     )
     tok = target.tokenizer
     decode = tok.decode
-    for rec in prompts:
+    eos = frozenset(target.eos_token_ids)
+
+    def make(rec: dict) -> Request:
         params = SamplingParams(
             max_tokens=args.max_new_tokens,
             temperature=args.temperature,
             top_p=args.top_p,
             top_k=args.top_k,
             seed=args.seed,
+            ignore_eos=args.ignore_eos,
         )
+        return Request(tok.encode(rec["prompt"], add_special_tokens=False), params, id=rec["id"], eos_ids=eos)
+
+    totals = {"spec_tokens": 0, "spec_s": 0.0, "ar_tokens": 0, "ar_s": 0.0}
+    for rec in prompts:
         try:
-            req = Request(
-                tok.encode(rec["prompt"], add_special_tokens=False),
-                params,
-                id=rec["id"],
-                eos_ids=frozenset(target.eos_token_ids),
-            )
+            req = make(rec)
         except ValueError as e:
             print(f"error: prompt {rec['id']}: {e}", file=sys.stderr)
             return 2
         printed = [0]
 
-        def stream(_i: int, r: Request, printed=printed) -> None:
+        def stream(r: Request, _toks: list[int], printed=printed) -> None:
             text = r.text(decode)
             sys.stdout.write(text[printed[0] :])
             sys.stdout.flush()
@@ -92,26 +121,69 @@ def run_generate(args: argparse.Namespace) -> int:
 
         if not args.json and len(prompts) > 1:
             print(f"--- {rec['id']}")
-        generate_autoregressive(target, [req], on_commit=None if args.json else stream)
-        dt = req.t_end - req.t_start
+        engine.timer.seconds.clear()
+        t0 = time.perf_counter()
+        engine.generate([req], on_tokens=None if args.json else stream)
+        dt = time.perf_counter() - t0
         n = len(req.output_ids)
-        if args.json:
-            print(
-                json.dumps(
-                    {
-                        "id": rec["id"],
-                        "text": req.text(decode),
-                        "token_ids": req.output_ids,
-                        "num_generated": n,
-                        "finish_reason": req.finish_reason,
-                        "time_s": round(dt, 4),
-                        "tokens_per_s": round(n / dt, 2),
-                    }
-                )
+        totals["spec_tokens"] += n
+        totals["spec_s"] += dt
+        out = {
+            "id": rec["id"],
+            "text": req.text(decode),
+            "token_ids": req.output_ids,
+            "num_generated": n,
+            "finish_reason": req.finish_reason,
+            "time_s": round(dt, 4),
+            "tokens_per_s": round(n / dt, 2),
+            "method": engine.method,
+        }
+        if engine.method != "ar":
+            st = req.stats
+            out.update(
+                {
+                    "tau": round(st.tau, 4),
+                    "num_drafts": st.num_drafts,
+                    "num_draft_tokens": st.num_draft_tokens,
+                    "num_accepted_tokens": st.num_accepted_tokens,
+                    "accepted_per_position": st.accepted_per_position,
+                    "time_breakdown_s": engine.timer.as_dict(),
+                }
             )
+        if ar_engine is not None:
+            ar_req = make(rec)
+            t0 = time.perf_counter()
+            ar_engine.generate([ar_req])
+            ar_dt = time.perf_counter() - t0
+            totals["ar_tokens"] += len(ar_req.output_ids)
+            totals["ar_s"] += ar_dt
+            out.update(
+                {
+                    "ar_time_s": round(ar_dt, 4),
+                    "ar_tokens_per_s": round(len(ar_req.output_ids) / ar_dt, 2),
+                    "speedup": round((n / dt) / (len(ar_req.output_ids) / ar_dt), 3),
+                    "ar_identical": ar_req.output_ids == req.output_ids,
+                }
+            )
+        if args.json:
+            print(json.dumps(out))
         else:
+            extra = f", tau={out['tau']:.2f}" if "tau" in out else ""
+            extra += f", speedup x{out['speedup']:.2f} vs AR" if "speedup" in out else ""
             print(
-                f"\n[{n} tokens in {dt:.2f}s: {n / dt:.1f} tokens/s, finish={req.finish_reason}]",
+                f"\n[{n} tokens in {dt:.2f}s: {n / dt:.1f} tokens/s{extra}, finish={req.finish_reason}]",
                 file=sys.stderr,
             )
+    if engine.method != "ar" or ar_engine is not None:
+        summary = {
+            "summary": True,
+            "method": engine.method,
+            "prompts": len(prompts),
+            "tau": round(engine.stats.tau, 4),
+            "tokens_per_s": round(totals["spec_tokens"] / max(totals["spec_s"], 1e-9), 2),
+        }
+        if ar_engine is not None:
+            ar_tps = totals["ar_tokens"] / max(totals["ar_s"], 1e-9)
+            summary.update({"ar_tokens_per_s": round(ar_tps, 2), "speedup": round(summary["tokens_per_s"] / ar_tps, 3)})
+        print(json.dumps(summary) if args.json else f"summary: {summary}", file=sys.stdout if args.json else sys.stderr)
     return 0

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import torch
 
 from lilicorr.checkpoint import check_num_speculative_tokens
-from lilicorr.decoding.autoregressive import choose_token, pad_right
 from lilicorr.decoding.draft_cache import DraftContextCache
 from lilicorr.decoding.proposers import (
     AutoregressiveProposer,
@@ -28,11 +27,11 @@ from lilicorr.decoding.proposers import (
     Proposer,
 )
 from lilicorr.decoding.request import Request
-from lilicorr.decoding.sampling import target_probs
+from lilicorr.decoding.sampling import choose_token, target_probs
 from lilicorr.decoding.stats import SpecStats, StageTimer
 from lilicorr.decoding.verify import verify_block, verify_greedy, verify_standard
 from lilicorr.models.draft import DraftModel
-from lilicorr.target.runtime import CacheState, TargetRuntime
+from lilicorr.target.runtime import CacheState, TargetRuntime, pad_right
 
 REJECTION_METHODS = ("standard", "block")
 
@@ -117,7 +116,7 @@ class SpecEngine:
             last = mask.sum(1) - 1
             seqs = [SeqState(request=r) for r in requests]
             for i, s in enumerate(seqs):
-                tok = choose_token(out.logits[i, last[i]], s.request)
+                tok = choose_token(out.logits[i, last[i]], s.request.params, s.request.generator)
                 s.request.commit([tok], self.decode)
                 s.pending = tok
         dcache = None
@@ -245,7 +244,7 @@ class SpecEngine:
         if req.params.greedy:
             v = verify_greedy(drafts, logits.argmax(-1).tolist())
         elif not drafts:
-            return 0, [choose_token(logits[0], req)]
+            return 0, [choose_token(logits[0], req.params, req.generator)]
         else:
             p = target_probs(logits, req.params)  # [n + 1, V]
             q = proposal.q_dense(row, logits.shape[-1])
@@ -254,9 +253,13 @@ class SpecEngine:
         return v.accepted, v.tokens
 
     # -- convenience ------------------------------------------------------------------------------
-    def generate(self, requests: list[Request]) -> list[Request]:
-        """Run a static batch to completion."""
-        self.add(requests)
+    def generate(self, requests: list[Request], on_tokens=None) -> list[Request]:
+        """Run a static batch to completion; ``on_tokens(request, new_tokens)`` streams output."""
+        for s in self.add(requests):
+            if on_tokens is not None:
+                on_tokens(s.request, list(s.request.output_ids))
         while self.seqs:
-            self.step()
+            for req, toks in self.step():
+                if on_tokens is not None and toks:
+                    on_tokens(req, toks)
         return requests

@@ -62,6 +62,13 @@ def sample_from(probs: torch.Tensor, gen: torch.Generator | None) -> int:
     return min(idx, probs.shape[0] - 1)
 
 
+def choose_token(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator | None) -> int:
+    """Next token from one row of target logits ``[vocab]``: argmax at T = 0, else a sample."""
+    if params.greedy:
+        return int(logits.argmax())
+    return sample_from(target_probs(logits, params), gen)
+
+
 def make_generator(seed: int | None) -> torch.Generator:
     g = torch.Generator()
     if seed is None:

@@ -20,6 +20,17 @@ import torch
 from torch import nn
 
 
+def pad_right(seqs: list[list[int]], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad token lists: ids ``[batch, max_len]`` and real-token mask ``[batch, max_len]``."""
+    n = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), n), pad, dtype=torch.long)
+    mask = torch.zeros(len(seqs), n, dtype=torch.bool)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, : len(s)] = True
+    return ids, mask
+
+
 class TargetError(ValueError):
     """A target folder or request that cannot be used; the message names the file or field."""
 

@@ -17,7 +17,7 @@ from lilicorr.data.atomic import atomic_write_text
 from lilicorr.data.corpus import CATEGORIES
 from lilicorr.data.prompts import test_prompts
 from lilicorr.data.tokens import fixed_windows, token_array
-from lilicorr.decoding.autoregressive import generate_autoregressive
+from lilicorr.decoding.engine import SpecEngine
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.target.runtime import TargetRuntime
@@ -45,7 +45,7 @@ def _continue(target: TargetRuntime, prompts: list[dict], params: SamplingParams
         )
         for p in prompts
     ]
-    return generate_autoregressive(target, reqs)
+    return SpecEngine(target).generate(reqs)
 
 
 def evaluate_target(model_dir: Path, corpus: Path, seq_len: int = 256, windows: int = 64) -> dict:
