@@ -44,6 +44,65 @@ def _cmd_data_corpus(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_data_regenerate(args: argparse.Namespace) -> int:
+    import torch
+
+    from lilicorr.training.regenerate import RegenConfig, regenerate
+
+    torch.set_num_threads(args.threads)
+    meta = regenerate(
+        RegenConfig(
+            target=args.target,
+            corpus=args.corpus,
+            out=args.out,
+            num_sequences=args.num_sequences,
+            prompt_tokens=args.prompt_tokens,
+            new_tokens=args.new_tokens,
+            batch_size=args.batch_size,
+            sampled_fraction=args.sampled_fraction,
+            seed=args.seed,
+        )
+    )
+    print(json.dumps(meta, indent=2))
+    return 0
+
+
+def _cmd_train_draft(args: argparse.Namespace) -> int:
+    from lilicorr.training.draft import DraftTrainConfig, train_draft
+    from lilicorr.training.losses import HeadLossWeights
+
+    cfg = DraftTrainConfig(
+        target=args.target,
+        data=args.data,
+        out=args.out,
+        mode=args.mode,
+        run_dir=args.run_dir or "",
+        init=args.init,
+        num_layers=args.num_layers,
+        block_size=args.block_size,
+        target_layer_ids=[int(x) for x in args.target_layer_ids.split(",")] if args.target_layer_ids else None,
+        candidate_topk=args.candidate_topk,
+        head_hidden_size=args.head_hidden_size,
+        head_layers=args.head_layers,
+        head_heads=args.head_heads,
+        factor_dim=args.factor_dim,
+        logit_scale=args.logit_scale,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        anchors=args.anchors,
+        lr=args.lr,
+        gamma=args.gamma,
+        seed=args.seed,
+        threads=args.threads,
+        val_every=args.val_every,
+        checkpoint_minutes=args.checkpoint_minutes,
+        head_weights=HeadLossWeights(ce=args.w_ce, margin=args.w_margin, penalty=args.w_pen),
+    )
+    summary = train_draft(cfg, resume=args.resume)
+    print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
+    return 0
+
+
 def _cmd_train_tokenizer(args: argparse.Namespace) -> int:
     from lilicorr.data.corpus import read_split
     from lilicorr.data.tokenizer import save_tokenizer, special_ids, train_tokenizer
@@ -114,6 +173,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--manifest-copy", default=None, help="also write the manifest here (committed)")
     s.set_defaults(func=_cmd_data_corpus)
 
+    s = data.add_parser("regenerate", help="drafter training data: corpus prompts continued by the target")
+    s.add_argument("--target", required=True)
+    s.add_argument("--corpus", default="data/corpus")
+    s.add_argument("--out", required=True, help="output .safetensors (shards beside it make it resumable)")
+    s.add_argument("--num-sequences", type=int, default=2048)
+    s.add_argument("--prompt-tokens", type=int, default=64)
+    s.add_argument("--new-tokens", type=int, default=192)
+    s.add_argument("--batch-size", type=int, default=32)
+    s.add_argument("--sampled-fraction", type=float, default=0.5)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--threads", type=int, default=2)
+    s.set_defaults(func=_cmd_data_regenerate)
+
     train = sub.add_parser("train", help="train tokenizer, targets, drafters").add_subparsers(
         dest="train_cmd", required=True
     )
@@ -143,6 +215,37 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fp32", action="store_true", help="disable bf16 autocast")
     s.add_argument("--resume", action="store_true")
     s.set_defaults(func=_cmd_train_target)
+
+    s = train.add_parser("draft", help="train a DFlash drafter, a LiLiCorr drafter, or a head on a backbone")
+    s.add_argument("--target", required=True)
+    s.add_argument("--data", required=True, help="file made by `lilicorr data regenerate`")
+    s.add_argument("--mode", required=True, choices=["dflash", "lilicorr", "head"])
+    s.add_argument("--out", required=True)
+    s.add_argument("--run-dir", default=None)
+    s.add_argument("--init", default=None, help="start from this draft checkpoint (required for --mode head)")
+    s.add_argument("--num-layers", type=int, default=2)
+    s.add_argument("--block-size", type=int, default=8)
+    s.add_argument("--target-layer-ids", default=None, help="comma-separated (default: spread over the target)")
+    s.add_argument("--candidate-topk", type=int, default=8)
+    s.add_argument("--head-hidden-size", type=int, default=0)
+    s.add_argument("--head-layers", type=int, default=2)
+    s.add_argument("--head-heads", type=int, default=4)
+    s.add_argument("--factor-dim", type=int, default=64)
+    s.add_argument("--logit-scale", type=float, default=8.0)
+    s.add_argument("--w-ce", type=float, default=0.25)
+    s.add_argument("--w-margin", type=float, default=0.0)
+    s.add_argument("--w-pen", type=float, default=0.25)
+    s.add_argument("--steps", type=int, default=1000)
+    s.add_argument("--batch-size", type=int, default=8, help="global batch (split across torchrun processes)")
+    s.add_argument("--anchors", type=int, default=16)
+    s.add_argument("--lr", type=float, default=6e-4)
+    s.add_argument("--gamma", type=float, default=4.0)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--threads", type=int, default=1)
+    s.add_argument("--val-every", type=int, default=200)
+    s.add_argument("--checkpoint-minutes", type=float, default=4.0)
+    s.add_argument("--resume", action="store_true")
+    s.set_defaults(func=_cmd_train_draft)
 
     card = sub.add_parser("card", help="write model cards").add_subparsers(dest="card_cmd", required=True)
     s = card.add_parser("target", help="evaluate a target and write its MODEL_CARD.md")

@@ -1,0 +1,388 @@
+"""Train DFlash drafters and LiLiCorr heads against a frozen target (``lilicorr train draft``).
+
+Modes:
+- ``dflash``: backbone only, same-position CE with slot decay over many random anchor blocks of
+  each sequence in one forward;
+- ``lilicorr``: backbone and head jointly from step 0 (DFlash loss + head loss); gradient reaches
+  the backbone through the pass hidden states, the live candidate log-probs and the anchor;
+- ``head``: the head alone on a frozen backbone (e.g. an existing DFlash drafter, ``--init``).
+
+The target runs online (taps and logits under ``no_grad``). Optimiser state and master weights
+are fp32; forwards use bf16 autocast. Under ``torchrun`` each process takes a slice of the global
+batch (sampled identically everywhere) and losses are divided by global denominators, so N
+processes reproduce one process at the same global batch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from lilicorr.checkpoint import load_draft, save_draft
+from lilicorr.data.atomic import atomic_write
+from lilicorr.decoding.walk import walk_greedy
+from lilicorr.models.backbone import training_block_mask
+from lilicorr.models.config import DraftConfig, LiLiCorrGeometry
+from lilicorr.models.draft import DraftModel, default_target_layer_ids
+from lilicorr.target.runtime import TargetRuntime
+from lilicorr.training.losses import (
+    HeadLossWeights,
+    block_labels,
+    block_metrics,
+    dflash_loss,
+    head_loss,
+    sample_anchors,
+)
+from lilicorr.training.regenerate import load_regenerated
+
+MODES = ("dflash", "lilicorr", "head")
+
+
+@dataclass
+class DraftTrainConfig:
+    target: str
+    data: str
+    out: str
+    mode: str = "lilicorr"
+    run_dir: str = ""
+    init: str | None = None
+    # geometry
+    num_layers: int = 2
+    block_size: int = 8
+    target_layer_ids: list[int] | None = None
+    candidate_topk: int = 8
+    head_hidden_size: int = 0
+    head_layers: int = 2
+    head_heads: int = 4
+    head_mlp_ratio: float = 2.0
+    factor_dim: int = 64
+    logit_scale: float = 8.0
+    vector_eps: float = 1e-4
+    # optimisation
+    steps: int = 1000
+    batch_size: int = 8
+    anchors: int = 16
+    lr: float = 6e-4
+    warmup_ratio: float = 0.04
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    gamma: float = 4.0
+    head_weights: HeadLossWeights = field(default_factory=HeadLossWeights)
+    seed: int = 0
+    val_sequences: int = 64
+    val_every: int = 200
+    checkpoint_minutes: float = 4.0
+    threads: int = 1
+    bf16: bool = True
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r}: expected one of {MODES}")
+        if self.mode == "head" and not self.init:
+            raise ValueError("mode 'head' trains a head on an existing backbone: pass --init DRAFT_DIR")
+
+
+def _lr(step: int, cfg: DraftTrainConfig) -> float:
+    warm = max(1, round(cfg.warmup_ratio * cfg.steps))
+    if step < warm:
+        return cfg.lr * (step + 1) / warm
+    prog = min(1.0, (step - warm) / max(1, cfg.steps - warm))
+    return cfg.lr * 0.5 * (1 + math.cos(math.pi * prog))
+
+
+def build_draft_config(cfg: DraftTrainConfig, target: TargetRuntime) -> DraftConfig:
+    tc = target.model.config
+    n = tc.num_hidden_layers
+    layer_ids = cfg.target_layer_ids or (default_target_layer_ids(n, 5) if n >= 8 else list(range(n - 1)) or [0])
+    mask_id = target.tokenizer.convert_tokens_to_ids("<|mask|>")
+    if mask_id is None or mask_id == target.tokenizer.unk_token_id:
+        raise ValueError(f"target {target.path}: tokenizer has no '<|mask|>' token for the DFlash mask id")
+    geometry = None
+    if cfg.mode in ("lilicorr", "head"):
+        geometry = LiLiCorrGeometry(
+            candidate_topk=cfg.candidate_topk,
+            hidden_size=cfg.head_hidden_size,
+            num_layers=cfg.head_layers,
+            num_heads=cfg.head_heads,
+            mlp_ratio=cfg.head_mlp_ratio,
+            factor_dim=cfg.factor_dim,
+            vector_eps=cfg.vector_eps,
+            logit_scale=cfg.logit_scale,
+        )
+    return DraftConfig(
+        hidden_size=tc.hidden_size,
+        intermediate_size=tc.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=tc.num_attention_heads,
+        num_key_value_heads=tc.num_key_value_heads,
+        head_dim=getattr(tc, "head_dim", tc.hidden_size // tc.num_attention_heads),
+        vocab_size=tc.vocab_size,
+        block_size=cfg.block_size,
+        mask_token_id=int(mask_id),
+        target_layer_ids=layer_ids,
+        rms_norm_eps=tc.rms_norm_eps,
+        rope_theta=float(getattr(tc, "rope_theta", None) or 10000.0),
+        max_position_embeddings=tc.max_position_embeddings,
+        num_target_layers=n,
+        lilicorr=geometry,
+    )
+
+
+def build_model(cfg: DraftTrainConfig, target: TargetRuntime) -> DraftModel:
+    dcfg = build_draft_config(cfg, target)
+    model = DraftModel(dcfg).init_weights(cfg.seed)
+    if cfg.init:
+        init = load_draft(cfg.init, target.model.config)
+        if init.cfg.target_layer_ids != dcfg.target_layer_ids or init.cfg.block_size != dcfg.block_size:
+            dcfg.target_layer_ids, dcfg.block_size = init.cfg.target_layer_ids, init.cfg.block_size
+            model = DraftModel(dcfg).init_weights(cfg.seed)
+        missing = model.load_state_dict(init.state_dict(), strict=False)
+        bad = [k for k in missing.missing_keys if not k.startswith("lilicorr.")]
+        if bad or missing.unexpected_keys:
+            raise ValueError(
+                f"--init {cfg.init}: backbone mismatch (missing {bad[:4]}, unexpected {missing.unexpected_keys[:4]})"
+            )
+    return model
+
+
+class DraftStep:
+    """One forward over a batch of sequences: losses (as sums) and the pieces metrics need."""
+
+    def __init__(self, cfg: DraftTrainConfig, target: TargetRuntime, model: DraftModel):
+        self.cfg, self.target, self.model = cfg, target, model
+        self.block = model.cfg.block_size
+
+    def __call__(
+        self,
+        tokens: torch.Tensor,
+        loss_mask: torch.Tensor,
+        anchors: torch.Tensor,
+        valid: torch.Tensor,
+        want_metrics: bool = False,
+    ) -> dict[str, torch.Tensor]:
+        cfg, model, target, blk = self.cfg, self.model, self.target, self.block
+        b, t = tokens.shape
+        n = anchors.shape[1]
+        with torch.no_grad():
+            out = target.model(input_ids=tokens, output_hidden_states=True)
+            taps = torch.cat([out.hidden_states[i + 1] for i in model.cfg.target_layer_ids], -1)  # [b, t, F]
+            tlogits = out.logits  # [b, t, V]
+        freeze_backbone = cfg.mode == "head"
+        with (
+            torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16),
+            torch.set_grad_enabled(torch.is_grad_enabled() and not freeze_backbone),
+        ):
+            ctx = model.fuse(taps)  # [b, t, H]
+            pos = torch.arange(t).expand(b, t)
+            kv = model.context_kv(ctx, pos)
+            block_ids = torch.full((b, n, blk), model.cfg.mask_token_id)
+            block_ids[:, :, 0] = torch.gather(tokens, 1, anchors)
+            emb = target.embed_tokens(block_ids.flatten(1))  # [b, n·B, H]
+            bpos = (anchors[..., None] + torch.arange(blk)).flatten(1)
+            hidden = model(emb, bpos, kv, training_block_mask(anchors, t, blk), blk).view(b, n, blk, -1)
+            ph = hidden[:, :, 1:]  # [b, n, S, H] pass hidden (after norm)
+            logits = target.lm_head(ph)  # [b, n, S, V]
+        labels = block_labels(tokens, anchors, blk).flatten(0, 1)  # [M, S]
+        logits = logits.flatten(0, 1)
+        vflat = valid.flatten()
+        res: dict[str, torch.Tensor] = {}
+        if cfg.mode != "head":
+            res["dflash_sum"], res["dflash_den"] = dflash_loss(logits, labels, vflat, cfg.gamma)
+        ids = None
+        walk_ids = None
+        if model.lilicorr is not None:
+            with torch.no_grad():
+                ids = torch.topk(logits.detach(), model.cfg.lilicorr.candidate_topk, dim=-1).indices  # [M, S, K]
+            lf = logits.float()
+            lp = lf.gather(-1, ids) - torch.logsumexp(lf, -1, keepdim=True)  # live log-probs
+            emb_c = target.embed_tokens(ids).detach()
+            anchor_rows = torch.gather(ctx, 1, (anchors - 1).clamp_min(0)[..., None].expand(b, n, ctx.shape[-1]))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+                scores = model.lilicorr(
+                    ph.flatten(0, 1), emb_c, lp, anchor_rows.flatten(0, 1), (anchors >= 1).flatten()
+                )
+            s = blk - 1
+            zpos = (anchors[..., None] + torch.arange(s)).flatten(1)  # target row p+s predicts slot s
+            zt = torch.gather(tlogits, 1, zpos[..., None].expand(b, n * s, tlogits.shape[-1]))
+            zt = zt.view(b * n, s, -1)
+            res["head_sum"], res["head_den"] = head_loss(scores, ids, labels, zt, vflat, cfg.head_weights)
+            if want_metrics:
+                walk_ids = ids.gather(-1, walk_greedy(scores)[..., None]).squeeze(-1)
+        if want_metrics:
+            res.update({f"m_{k}": v for k, v in block_metrics(logits, labels, vflat, ids, walk_ids).items()})
+        return res
+
+
+def _all_reduce(x: torch.Tensor) -> torch.Tensor:
+    if dist.is_available() and dist.is_initialized():
+        x = x.detach().clone()
+        dist.all_reduce(x)
+    return x
+
+
+def combine_losses(res: dict[str, torch.Tensor], cfg: DraftTrainConfig) -> torch.Tensor:
+    """Loss of this process's slice, normalised by the global denominators."""
+    loss = torch.zeros(())
+    if "dflash_sum" in res:
+        loss = loss + res["dflash_sum"] / _all_reduce(res["dflash_den"]).clamp_min(1e-6)
+    if "head_sum" in res:
+        loss = loss + res["head_sum"] / _all_reduce(res["head_den"]).clamp_min(1.0)
+    return loss
+
+
+def summarize_metrics(sums: dict[str, torch.Tensor], block: int) -> dict:
+    blocks = float(sums["m_blocks"])
+    out = {
+        "blocks": int(blocks),
+        "slot_acc": [round(float(x) / blocks, 4) for x in sums["m_slot_acc"]],
+        "top1_prefix": round(float(sums["m_top1_prefix"]) / blocks, 4),
+        "tau_top1_estimate": round(1 + float(sums["m_top1_prefix"]) / blocks, 4),
+    }
+    if "m_oracle_prefix" in sums:
+        out["oracle_prefix"] = round(float(sums["m_oracle_prefix"]) / blocks, 4)
+        out["in_lattice"] = [round(float(x) / blocks, 4) for x in sums["m_in_lattice"]]
+    if "m_walk_prefix" in sums:
+        out["walk_prefix"] = round(float(sums["m_walk_prefix"]) / blocks, 4)
+    return out
+
+
+@torch.no_grad()
+def validate(step_fn: DraftStep, tokens: torch.Tensor, mask: torch.Tensor, cfg: DraftTrainConfig) -> dict:
+    step_fn.model.eval()
+    gen = torch.Generator().manual_seed(12345)
+    sums: dict[str, torch.Tensor] = {}
+    for i in range(0, len(tokens), cfg.batch_size):
+        tk, mk = tokens[i : i + cfg.batch_size], mask[i : i + cfg.batch_size]
+        anchors, valid = sample_anchors(mk, cfg.anchors, step_fn.block, gen)
+        res = step_fn(tk, mk, anchors, valid, want_metrics=True)
+        for k, v in res.items():
+            sums[k] = sums.get(k, 0) + v.detach()
+    step_fn.model.train()
+    out = summarize_metrics(sums, step_fn.block)
+    if "dflash_sum" in sums:
+        out["dflash_loss"] = round(float(sums["dflash_sum"] / sums["dflash_den"]), 4)
+    if "head_sum" in sums:
+        out["head_loss"] = round(float(sums["head_sum"] / sums["head_den"].clamp_min(1)), 4)
+    return out
+
+
+def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
+    cfg.validate()
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("gloo")
+    torch.set_num_threads(cfg.threads)
+    if cfg.batch_size % world:
+        raise ValueError(f"batch_size {cfg.batch_size} must be divisible by the number of processes {world}")
+    run_dir = Path(cfg.run_dir or f"runs/{Path(cfg.out).name}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    target = TargetRuntime.load(cfg.target)
+    for p in target.model.parameters():
+        p.requires_grad_(False)
+    data = load_regenerated(cfg.data)
+    tokens, mask = data["tokens"].long(), data["loss_mask"].bool()
+    n_val = min(cfg.val_sequences, len(tokens) // 5)
+    train_tok, train_mask = tokens[n_val:], mask[n_val:]
+    val_tok, val_mask = tokens[:n_val], mask[:n_val]
+    model = build_model(cfg, target)
+    if cfg.mode == "head":
+        for name, p in model.named_parameters():
+            p.requires_grad_(name.startswith("lilicorr."))
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    state = {"step": 0, "elapsed_s": 0.0, "history": []}
+    ckpt = run_dir / "checkpoint.pt"
+    if resume and ckpt.exists():
+        ck = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        gen.set_state(ck["gen"])
+        state = ck["state"]
+    step_fn = DraftStep(cfg, target, model)
+    per_rank = cfg.batch_size // world
+    log = (run_dir / "train.log").open("a") if rank == 0 else None
+    if log:
+        log.write(
+            json.dumps(
+                {
+                    "event": "start",
+                    "config": asdict(cfg),
+                    "world": world,
+                    "params": sum(p.numel() for p in model.parameters()),
+                }
+            )
+            + "\n"
+        )
+    t0, last_ckpt = time.time() - state["elapsed_s"], time.time()
+    bar = tqdm(total=cfg.steps, initial=state["step"], desc=f"train {cfg.mode}", mininterval=5, disable=rank != 0)
+    model.train()
+
+    def save_checkpoint() -> None:
+        if rank == 0:
+            payload = {"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(), "state": state}
+            atomic_write(ckpt, lambda p: torch.save(payload, p))
+
+    while state["step"] < cfg.steps:
+        step = state["step"]
+        for g in opt.param_groups:
+            g["lr"] = _lr(step, cfg)
+        idx = torch.randint(len(train_tok), (cfg.batch_size,), generator=gen)  # global batch, same on every rank
+        anchors, valid = sample_anchors(train_mask[idx], cfg.anchors, step_fn.block, gen)
+        sl = slice(rank * per_rank, (rank + 1) * per_rank)
+        res = step_fn(train_tok[idx][sl], train_mask[idx][sl], anchors[sl], valid[sl])
+        loss = combine_losses(res, cfg)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if world > 1:
+            for p in params:
+                if p.grad is not None:
+                    dist.all_reduce(p.grad)
+        gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        opt.step()
+        state["step"] += 1
+        state["elapsed_s"] = time.time() - t0
+        global_loss = float(_all_reduce(loss.detach()))
+        bar.update(1)
+        bar.set_postfix(loss=f"{global_loss:.3f}", refresh=False)
+        rec = {
+            "step": state["step"],
+            "loss": round(global_loss, 5),
+            "gnorm": round(float(gnorm), 4),
+            "elapsed_s": round(state["elapsed_s"], 1),
+        }
+        if rank == 0 and (state["step"] % cfg.val_every == 0 or state["step"] == cfg.steps) and n_val:
+            rec["val"] = validate(step_fn, val_tok, val_mask, cfg)
+            state["history"].append(rec)
+            tqdm.write(json.dumps(rec))
+        if log and (state["step"] % 10 == 0 or "val" in rec):
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+        if time.time() - last_ckpt > cfg.checkpoint_minutes * 60:
+            save_checkpoint()
+            last_ckpt = time.time()
+    bar.close()
+    save_checkpoint()
+    summary = {
+        "mode": cfg.mode,
+        "steps": state["step"],
+        "wall_time_s": round(state["elapsed_s"], 1),
+        "final_val": state["history"][-1]["val"] if state["history"] else None,
+        "world": world,
+        "config": asdict(cfg),
+    }
+    if rank == 0:
+        save_draft(model, cfg.out, extra_files={"training_summary.json": json.dumps(summary, indent=2) + "\n"})
+        if log:
+            log.write(json.dumps({"event": "done", **{k: v for k, v in summary.items() if k != "config"}}) + "\n")
+    if world > 1:
+        dist.barrier()
+    return summary

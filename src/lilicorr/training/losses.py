@@ -1,0 +1,142 @@
+"""DFlash and LiLiCorr training objectives, as sums plus denominators.
+
+Returning sums (not means) lets data-parallel training divide by the *global* denominator, so
+two processes with half the batch each compute exactly the gradient of one process with all of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from lilicorr.models.head import HeadScores
+
+
+def sample_anchors(
+    loss_mask: torch.Tensor, n: int, block: int, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random anchor positions per sequence: ``[batch, n]`` sorted, and which are valid.
+
+    Anchor ``p`` is valid when it has context (``p ≥ 1``), its block fits, and every predicted
+    position ``p+1 .. p+B−1`` is supervised. Sequences with fewer valid anchors repeat one and mark
+    the extras invalid.
+    """
+    b, t = loss_mask.shape
+    s = block - 1
+    ok = torch.zeros(b, t, dtype=torch.bool)
+    if t > s:
+        windows = loss_mask[:, 1:].unfold(1, s, 1).all(-1)  # [b, t - s]: slots p+1..p+s supervised
+        ok[:, : windows.shape[1]] = windows
+    ok[:, 0] = False
+    anchors = torch.zeros(b, n, dtype=torch.long)
+    valid = torch.zeros(b, n, dtype=torch.bool)
+    for i in range(b):
+        cand = ok[i].nonzero().flatten()
+        if len(cand) == 0:
+            continue
+        pick = cand[torch.randperm(len(cand), generator=gen)[:n]].sort().values
+        anchors[i, : len(pick)] = pick
+        valid[i, : len(pick)] = True
+        anchors[i, len(pick) :] = pick[0]
+    return anchors, valid
+
+
+def block_labels(tokens: torch.Tensor, anchors: torch.Tensor, block: int) -> torch.Tensor:
+    """Tokens at positions ``p+1 .. p+B−1`` of each anchor: ``[batch, n, B−1]``."""
+    idx = anchors[..., None] + torch.arange(1, block)  # [b, n, S]
+    return torch.gather(tokens, 1, idx.flatten(1).clamp_max(tokens.shape[1] - 1)).view(idx.shape)
+
+
+def dflash_loss(
+    logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor, gamma: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Same-position CE with slot decay ``w_k = exp(−(k−1)/γ)``: (weighted sum, weight sum).
+
+    logits ``[M, S, V]``, labels ``[M, S]``, valid ``[M]`` blocks.
+    """
+    s = labels.shape[1]
+    w = torch.exp(-torch.arange(s, dtype=torch.float32) / gamma)  # k−1 = 0..S−1
+    ce = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape)
+    wv = w[None] * valid[:, None].float()
+    return (ce * wv).sum(), wv.sum()
+
+
+@dataclass
+class HeadLossWeights:
+    ce: float = 0.25
+    margin: float = 0.0
+    penalty: float = 0.25
+    margin_value: float = 2.0
+
+
+def lattice_truth(
+    ids: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Where the truth sits in the lattice: index ``[M, S]``, in-lattice ``[M, S]``, supervised prefix ``[M, S]``."""
+    hit = ids == labels[..., None]  # [M, S, K]
+    in_lattice = hit.any(-1)
+    gt = hit.float().argmax(-1)
+    prefix = in_lattice.long().cumprod(-1).bool() & valid[:, None]
+    return gt, in_lattice, prefix
+
+
+def head_loss(
+    scores: HeadScores,
+    ids: torch.Tensor,
+    labels: torch.Tensor,
+    target_logits: torch.Tensor,
+    valid: torch.Tensor,
+    w: HeadLossWeights,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher-forced lattice loss (w_ce·CE + w_margin·hinge + w_pen·penalty) over the supervised prefix.
+
+    ids ``[M, S, K]`` (the drafter's own top-K, no gold injection), labels ``[M, S]``,
+    target_logits ``[M, S, V]`` detached (row s predicts the label of slot s). Returns (sum, count).
+    """
+    m, s, k = ids.shape
+    gt, _, mask = lattice_truth(ids, labels, valid)
+    rows = [scores.start]  # node_0
+    for j in range(1, s):  # node_s = pair[s−1, gt_{s−1}, :] (teacher forcing on the true predecessor)
+        rows.append(scores.pair[torch.arange(m), j - 1, gt[:, j - 1]])
+    node = torch.stack(rows, 1)  # [M, S, K]
+    logp = torch.log_softmax(node, -1)
+    ce = -logp.gather(-1, gt[..., None]).squeeze(-1)
+    total = w.ce * ce
+    if w.margin > 0 and k > 1:
+        true = node.gather(-1, gt[..., None]).squeeze(-1)
+        other = node.masked_fill(F.one_hot(gt, k).bool(), float("-inf")).max(-1).values
+        total = total + w.margin * F.relu(w.margin_value - (true - other))
+    if w.penalty > 0:
+        zt = target_logits.float()
+        z_cand = zt.gather(-1, ids)  # [M, S, K]
+        z_true = zt.gather(-1, labels[..., None])  # [M, S, 1]
+        total = total + w.penalty * (logp.exp() * F.relu(z_true - z_cand)).sum(-1)
+    maskf = mask.float()
+    return (total * maskf).sum(), maskf.sum()
+
+
+@torch.no_grad()
+def block_metrics(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    valid: torch.Tensor,
+    ids: torch.Tensor | None = None,
+    walk_ids: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
+    """Sums for validation metrics over valid blocks (divide by ``blocks``)."""
+    vm = valid.float()
+    top1 = logits.argmax(-1) == labels  # [M, S]
+    out = {
+        "blocks": vm.sum(),
+        "slot_acc": (top1.float() * vm[:, None]).sum(0),
+        "top1_prefix": (top1.long().cumprod(-1).sum(-1).float() * vm).sum(),
+    }
+    if ids is not None:
+        _, in_lat, prefix = lattice_truth(ids, labels, valid)
+        out["in_lattice"] = (in_lat.float() * vm[:, None]).sum(0)
+        out["oracle_prefix"] = prefix.sum(-1).float().sum()
+    if walk_ids is not None:
+        out["walk_prefix"] = ((walk_ids == labels).long().cumprod(-1).sum(-1).float() * vm).sum()
+    return out

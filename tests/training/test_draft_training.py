@@ -1,0 +1,187 @@
+import os
+import socket
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from lilicorr.models.head import HeadScores
+from lilicorr.training.draft import DraftStep, DraftTrainConfig, build_model, combine_losses, train_draft
+from lilicorr.training.losses import HeadLossWeights, dflash_loss, head_loss, lattice_truth, sample_anchors
+
+
+def test_sample_anchors_respect_mask_and_context():
+    mask = torch.zeros(3, 20, dtype=torch.bool)
+    mask[0, 5:] = True
+    mask[1, 10:14] = True  # room for exactly one block of 4 (anchor 9: slots 10..12) and anchor 10 (11..13)
+    anchors, valid = sample_anchors(mask, 4, 4, torch.Generator().manual_seed(0))
+    for p, v in zip(anchors[0].tolist(), valid[0].tolist(), strict=True):
+        assert v and p >= 4 and p + 3 < 20 and mask[0, p + 1 : p + 4].all()
+    assert valid[1].sum() == 2 and set(anchors[1][valid[1]].tolist()) == {9, 10}
+    assert not valid[2].any()
+    assert (anchors[0].diff() > 0).all()
+
+
+def test_dflash_loss_decay_and_validity():
+    logits = torch.zeros(2, 3, 5)
+    labels = torch.zeros(2, 3, dtype=torch.long)
+    s, w = dflash_loss(logits, labels, torch.tensor([True, False]), gamma=2.0)
+    weights = torch.exp(-torch.arange(3) / 2.0)
+    assert w == pytest.approx(float(weights.sum()))
+    assert s == pytest.approx(float(weights.sum()) * float(torch.log(torch.tensor(5.0))), rel=1e-5)
+
+
+def test_head_loss_supervises_only_truth_prefix():
+    ids = torch.tensor([[[4, 5], [6, 7], [8, 9]]])  # [M=1, S=3, K=2]
+    labels = torch.tensor([[5, 1, 9]])  # slot 1 truth not in lattice: slots 1, 2 unsupervised
+    gt, in_lat, prefix = lattice_truth(ids, labels, torch.tensor([True]))
+    assert gt.tolist() == [[1, 0, 1]] and in_lat.tolist() == [[True, False, True]]
+    assert prefix.tolist() == [[True, False, False]]
+    sc = HeadScores(start=torch.tensor([[0.0, 3.0]]), pair=torch.zeros(1, 2, 2, 2))
+    zt = torch.zeros(1, 3, 12)
+    s, n = head_loss(sc, ids, labels, zt, torch.tensor([True]), HeadLossWeights(ce=1.0, penalty=0.0))
+    assert n == 1 and s == pytest.approx(float(-torch.log_softmax(torch.tensor([0.0, 3.0]), 0)[1]))
+    # Penalty: mass on a candidate the target likes less than the truth costs their logit gap.
+    zt[0, 0, 5], zt[0, 0, 4] = 2.0, -1.0
+    s2, _ = head_loss(sc, ids, labels, zt, torch.tensor([True]), HeadLossWeights(ce=0.0, penalty=1.0))
+    assert s2 == pytest.approx(float(torch.softmax(torch.tensor([0.0, 3.0]), 0)[0]) * 3.0, rel=1e-5)
+
+
+@pytest.fixture(scope="module")
+def regen_data(tiny_target_dir, tmp_path_factory):
+    """Sequences continued by the tiny target itself (what `lilicorr data regenerate` makes)."""
+    from lilicorr.decoding.engine import SpecEngine
+    from lilicorr.decoding.request import Request
+    from lilicorr.decoding.sampling import SamplingParams
+    from lilicorr.target.runtime import TargetRuntime
+
+    target = TargetRuntime.load(tiny_target_dir)
+    g = torch.Generator().manual_seed(0)
+    reqs = [
+        Request(
+            torch.randint(4, 2000, (8,), generator=g).tolist(),
+            SamplingParams(max_tokens=24, ignore_eos=True, temperature=1.0 if i % 2 else 0.0, seed=i),
+        )
+        for i in range(40)
+    ]
+    SpecEngine(target).generate(reqs)
+    tokens = torch.tensor([r.prompt_ids + r.output_ids for r in reqs], dtype=torch.int32)
+    mask = torch.zeros_like(tokens, dtype=torch.bool)
+    mask[:, 8:] = True
+    path = tmp_path_factory.mktemp("regen") / "data.safetensors"
+    save_file({"tokens": tokens, "loss_mask": mask, "sampled": torch.arange(40) % 2 == 1}, str(path))
+    return path
+
+
+def _cfg(tiny_target_dir, regen_data, out, mode, steps=30, **kw):
+    return DraftTrainConfig(
+        target=str(tiny_target_dir),
+        data=str(regen_data),
+        out=str(out),
+        mode=mode,
+        run_dir=str(out) + "-run",
+        num_layers=1,
+        block_size=4,
+        candidate_topk=4,
+        head_layers=1,
+        head_heads=2,
+        factor_dim=16,
+        steps=steps,
+        batch_size=4,
+        anchors=4,
+        lr=3e-3,
+        val_sequences=8,
+        val_every=1000,
+        checkpoint_minutes=100,
+        **kw,
+    )
+
+
+def _losses(run):
+    import json
+
+    return [json.loads(x)["loss"] for x in (run / "train.log").read_text().splitlines() if '"loss"' in x]
+
+
+@pytest.mark.parametrize("mode", ["dflash", "lilicorr"])
+def test_training_loss_decreases_and_exports(tiny_target_dir, regen_data, tmp_path, mode):
+    from lilicorr.checkpoint import load_draft
+
+    summary = train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / mode, mode, steps=40))
+    losses = _losses(tmp_path / f"{mode}-run")
+    assert sum(losses[-2:]) / 2 < sum(losses[:2]) / 2
+    assert summary["final_val"]["blocks"] > 0
+    model = load_draft(tmp_path / mode)
+    assert model.is_lilicorr == (mode == "lilicorr")
+    if mode == "lilicorr":
+        v = summary["final_val"]
+        assert 0 <= v["walk_prefix"] <= v["oracle_prefix"] <= 3 and len(v["in_lattice"]) == 3
+
+
+def test_head_mode_freezes_backbone(tiny_target_dir, regen_data, tmp_path):
+    from lilicorr.checkpoint import load_draft
+
+    train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / "base", "dflash", steps=3))
+    train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / "head", "head", steps=5, init=str(tmp_path / "base")))
+    base, head = load_draft(tmp_path / "base"), load_draft(tmp_path / "head")
+    for k, v in base.state_dict().items():
+        assert torch.equal(v, head.state_dict()[k]), k
+    assert head.is_lilicorr
+
+
+def test_lattice_loss_alone_reaches_the_backbone(tiny_target_dir, regen_data, tmp_path):
+    from lilicorr.target.runtime import TargetRuntime
+    from lilicorr.training.regenerate import load_regenerated
+
+    # Start from a briefly trained backbone so that truths land in the lattice (supervised slots).
+    train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / "warm", "dflash", steps=100))
+    cfg = _cfg(tiny_target_dir, regen_data, "unused", "lilicorr", init=str(tmp_path / "warm"))
+    target = TargetRuntime.load(tiny_target_dir)
+    model = build_model(cfg, target)
+    data = load_regenerated(regen_data)
+    tok, mask = data["tokens"][-4:].long(), data["loss_mask"][-4:]  # training rows
+    anchors, valid = sample_anchors(mask, 4, 4, torch.Generator().manual_seed(0))
+    res = DraftStep(cfg, target, model)(tok, mask, anchors, valid)
+    res.pop("dflash_sum")
+    res.pop("dflash_den")
+    assert res["head_den"] > 0
+    combine_losses(res, cfg).backward()
+    assert model.fc.weight.grad is not None and model.fc.weight.grad.abs().sum() > 0
+    assert model.layers[0].mlp.up_proj.weight.grad.abs().sum() > 0
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ddp_worker(rank, world, port, cfg):
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_RANK=str(rank)
+    )
+    torch.set_num_threads(1)
+    train_draft(cfg)
+    torch.distributed.destroy_process_group()
+
+
+def test_two_processes_equal_one_at_same_global_batch(tiny_target_dir, regen_data, tmp_path):
+    import torch.multiprocessing as mp
+
+    from lilicorr.checkpoint import load_draft
+    from lilicorr.target.runtime import TargetRuntime
+
+    single = _cfg(tiny_target_dir, regen_data, tmp_path / "one", "lilicorr", steps=4, bf16=False)
+    train_draft(single)
+    double = _cfg(tiny_target_dir, regen_data, tmp_path / "two", "lilicorr", steps=4, bf16=False)
+    mp.spawn(_ddp_worker, args=(2, _free_port(), double), nprocs=2, join=True)
+    # fp32 master weights from the resumable checkpoints: equal up to float summation order.
+    a = torch.load(tmp_path / "one-run" / "checkpoint.pt", weights_only=False)["model"]
+    b = torch.load(tmp_path / "two-run" / "checkpoint.pt", weights_only=False)["model"]
+    init = build_model(single, TargetRuntime.load(tiny_target_dir)).state_dict()
+    changed = 0
+    for k, v in a.items():
+        torch.testing.assert_close(b[k], v, atol=1e-5, rtol=1e-4, msg=k)
+        changed += int(not torch.allclose(v, init[k]))
+    assert changed > 10  # the runs really trained
+    load_draft(tmp_path / "two")  # rank 0 exported a valid checkpoint
