@@ -154,6 +154,42 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return run_generate(args)
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    import torch
+
+    from lilicorr.bench.runner import markdown_table, run_bench
+
+    torch.set_num_threads(args.threads)
+    if args.quick:
+        args.num_prompts, args.max_new_tokens, args.temperatures = 4, 32, [0.0]
+    if args.prompts:
+        from lilicorr.cli.generate import read_prompts
+
+        prompts = read_prompts(Path(args.prompts))[: args.num_prompts]
+    else:
+        from transformers import AutoTokenizer
+
+        from lilicorr.data.corpus import ensure_corpus
+        from lilicorr.data.prompts import test_prompts
+
+        corpus = ensure_corpus(Path(args.corpus))
+        prompts = test_prompts(
+            corpus, AutoTokenizer.from_pretrained(args.target), args.num_prompts, prompt_tokens=args.prompt_tokens
+        )
+    results = run_bench(
+        args.target,
+        args.draft or [],
+        prompts,
+        args.temperatures,
+        args.max_new_tokens,
+        out=Path(args.out),
+        seed=args.seed,
+    )
+    print(markdown_table(results))
+    print(f"wrote {Path(args.out) / 'results.json'} and results.md")
+    return 0
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from lilicorr.cli.inspect_cmd import run_inspect
 
@@ -254,6 +290,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--command", required=True, help="the exact training command, recorded in the card")
     s.add_argument("--threads", type=int, default=2)
     s.set_defaults(func=_cmd_card_target)
+
+    s = sub.add_parser("bench", help="compare proposal arms (τ, speed, head share) on one stack")
+    s.add_argument("--target", default="models/tiny-s")
+    s.add_argument("--draft", action="append", help="draft checkpoint (repeatable)")
+    s.add_argument("--prompts", default=None, help="JSONL (id, prompt, category); default: corpus test split")
+    s.add_argument("--corpus", default="data/corpus")
+    s.add_argument("--num-prompts", type=int, default=16)
+    s.add_argument("--prompt-tokens", type=int, default=48)
+    s.add_argument("--max-new-tokens", type=int, default=128)
+    s.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--threads", type=int, default=2)
+    s.add_argument("--quick", action="store_true", help="4 prompts, 32 tokens, T=0: a smoke run")
+    s.add_argument("--out", default="runs/bench")
+    s.set_defaults(func=_cmd_bench)
 
     s = sub.add_parser("inspect", help="explain a draft checkpoint: geometry, parameters, validity")
     from lilicorr.cli.inspect_cmd import add_inspect_args

@@ -118,3 +118,32 @@ class LiLiCorrProposer(Proposer):
                 )
             picks, q = walk_probabilistic(scores, temperature, uniforms)
             return Proposal(tokens=ids.gather(-1, picks[..., None]).squeeze(-1), q_ids=ids, q_probs=q)
+
+
+class OracleLatticeProposer(LiLiCorrProposer):
+    """Measurement only: at each slot pick the target's own next token whenever it is among the K
+    candidates (the upper bound of any walk over this lattice). Needs each request's reference
+    continuation (the target's greedy output), so it is defined for T = 0."""
+
+    name = "oracle"
+
+    def __init__(self, head: LiLiCorrHead | None, k: int, embed: torch.nn.Embedding, references: dict[int, list[int]]):
+        Proposer.__init__(self, "greedy")
+        self.head, self.embed, self.k, self.references = head, embed, k, references
+
+    def propose(self, d: DraftOutput, temperature: torch.Tensor, uniforms: torch.Tensor, timer: StageTimer) -> Proposal:
+        with timer.stage("candidates"):
+            ids, _ = candidates(d.logits, self.k)  # [batch, n, K]
+        with timer.stage("walk"):
+            n = ids.shape[1]
+            truth = torch.full(ids.shape[:2], -1, dtype=torch.long)
+            for row, req in enumerate(d.requests or []):
+                ref = self.references.get(id(req), [])
+                done = len(req.output_ids)
+                for s in range(n):
+                    if done + s < len(ref):
+                        truth[row, s] = ref[done + s]
+            hit = ids == truth[..., None]
+            picks = torch.where(hit.any(-1), hit.float().argmax(-1), torch.zeros_like(truth))
+            tokens = ids.gather(-1, picks[..., None]).squeeze(-1)
+            return Proposal(tokens=tokens, q_ids=tokens[..., None], q_probs=torch.ones(*tokens.shape, 1))

@@ -1,0 +1,87 @@
+"""Where the draft–verify cycle spends its time, and what the engine adds over bare target forwards.
+
+For batch 1 and 8: run the engine (method from the draft checkpoint) on held-out prompts, print
+the share of each stage (target verify, draft backbone, candidates, head, walk, other), then time
+bare target forwards of the same shapes (prefill + one (n+1)-token forward per cycle, no drafting,
+no verification) and print the engine's overhead relative to them.
+
+    python benchmarks/engine_overhead.py --target models/tiny-s --draft models/tiny-s-lilicorr
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from lilicorr.checkpoint import load_draft
+from lilicorr.decoding.engine import SpecConfig, SpecEngine
+from lilicorr.decoding.request import Request
+from lilicorr.decoding.sampling import SamplingParams
+from lilicorr.decoding.stats import STAGES
+from lilicorr.target.runtime import TargetRuntime, pad_right
+
+
+def prompts_for(target: TargetRuntime, n: int, length: int, seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(4, target.vocab_size, (length,), generator=g).tolist() for _ in range(n)]
+
+
+def run(target, draft, batch, n_spec, max_tokens, prompts):
+    engine = SpecEngine(target, draft, SpecConfig(num_speculative_tokens=n_spec))
+    reqs = [Request(p, SamplingParams(max_tokens=max_tokens, ignore_eos=True)) for p in prompts[:batch]]
+    t0 = time.perf_counter()
+    engine.add(reqs)
+    cycles = 0
+    while engine.seqs:
+        engine.step()
+        cycles += 1
+    total = time.perf_counter() - t0
+    return engine, cycles, total
+
+
+@torch.no_grad()
+def bare_target(target, prompts, batch, cycles, width):
+    """Prefill + ``cycles`` forwards of ``width`` tokens per row, with taps, no other work."""
+    state = target.new_state(batch)
+    ids, mask = pad_right(prompts[:batch])
+    t0 = time.perf_counter()
+    target.forward(state, ids, mask)
+    for _ in range(cycles):
+        target.forward(state, torch.full((batch, width), 5))
+        target.truncate(state, state.lengths - width + 1)  # keep one token per cycle, like a rejection
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", default="models/tiny-s")
+    ap.add_argument("--draft", default="models/tiny-s-lilicorr")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--prompt-len", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    target = TargetRuntime.load(args.target)
+    draft = load_draft(args.draft, target.model.config)
+    n_spec = draft.cfg.block_size - 1
+    prompts = prompts_for(target, 8, args.prompt_len, seed=0)
+    print(f"target {args.target}, draft {args.draft} ({draft.cfg.architecture}), n={n_spec}, threads {args.threads}")
+    for batch in (1, 8):
+        run(target, draft, batch, n_spec, 8, prompts)  # warm-up
+        engine, cycles, total = run(target, draft, batch, n_spec, args.max_tokens, prompts)
+        t = engine.timer.as_dict()
+        cycle = sum(t.values())
+        shares = "  ".join(f"{s} {100 * t[s] / cycle:5.1f}%" for s in STAGES)
+        bare = bare_target(target, prompts, batch, cycles, n_spec + 1)
+        print(f"batch {batch}: {cycles} cycles, tau {engine.stats.tau:.2f}, {1000 * cycle / cycles:.1f} ms/cycle")
+        print(f"  shares: {shares}")
+        print(
+            f"  bare target forwards of the same shapes: {bare:.3f}s; engine total {total:.3f}s; "
+            f"overhead ×{total / bare:.2f} (drafting + head + verification + bookkeeping)"
+        )
+
+
+if __name__ == "__main__":
+    main()

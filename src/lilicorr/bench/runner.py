@@ -1,0 +1,197 @@
+"""Acceptance and speed of proposal arms on one stack: same target, prompts, process and engine.
+
+Every arm runs through ``SpecEngine`` at batch 1 on the same prompts, and autoregressive decoding
+runs in the same process, so speedups are ratios measured side by side (absolute times on a shared
+2-core machine are noisy; ratios much less so). At T = 0 every arm's output must equal the
+autoregressive output token for token; the report records that check.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from lilicorr.checkpoint import load_draft
+from lilicorr.data.atomic import atomic_write_text
+from lilicorr.decoding.engine import SpecConfig, SpecEngine
+from lilicorr.decoding.proposers import OracleLatticeProposer
+from lilicorr.decoding.request import Request
+from lilicorr.decoding.sampling import SamplingParams
+from lilicorr.decoding.stats import SpecStats
+from lilicorr.target.runtime import TargetRuntime
+
+
+@dataclass
+class Arm:
+    name: str
+    method: str  # ar | dflash | lilicorr | oracle
+    draft: str | None = None
+    num_speculative_tokens: int | None = None
+    draft_sample_method: str = "greedy"
+    rejection_sample_method: str = "standard"
+
+
+def default_arms(drafts: list[str]) -> list[Arm]:
+    """AR, each draft with its native method, and the oracle lattice for LiLiCorr checkpoints."""
+    arms = [Arm("ar", "ar")]
+    for d in drafts:
+        cfg = json.loads((Path(d) / "config.json").read_text())
+        label = Path(d).name
+        if cfg["architectures"][0] == "LiLiCorrDraftModel":
+            arms.append(Arm(f"{label}", "lilicorr", d))
+            arms.append(Arm(f"{label}:oracle", "oracle", d))
+        else:
+            arms.append(Arm(f"{label}", "dflash", d))
+    return arms
+
+
+def _engine(target: TargetRuntime, arm: Arm, drafts: dict, references: dict | None) -> SpecEngine:
+    draft = drafts.get(arm.draft)
+    cfg = SpecConfig(
+        method=None if arm.method == "oracle" else arm.method,
+        num_speculative_tokens=arm.num_speculative_tokens,
+        draft_sample_method=arm.draft_sample_method,
+        rejection_sample_method=arm.rejection_sample_method,
+    )
+    proposer = None
+    if arm.method == "oracle":
+        k = draft.cfg.lilicorr.candidate_topk if draft.lilicorr is not None else 8
+        proposer = OracleLatticeProposer(draft.lilicorr, k, target.embed_tokens, references or {})
+    return SpecEngine(target, draft, cfg, proposer=proposer)
+
+
+def run_arm(
+    target: TargetRuntime,
+    arm: Arm,
+    prompts: list[dict],
+    temperature: float,
+    max_tokens: int,
+    drafts: dict,
+    references: dict[str, list[int]] | None = None,
+    seed: int = 0,
+) -> dict:
+    """Decode every prompt at batch 1 with one arm; per-request and pooled figures."""
+    tok = target.tokenizer
+    reqs = [
+        Request(
+            tok.encode(p["prompt"], add_special_tokens=False),
+            SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed + i, ignore_eos=True),
+            id=p["id"],
+            eos_ids=frozenset(target.eos_token_ids),
+        )
+        for i, p in enumerate(prompts)
+    ]
+    refs = {id(r): references[r.id] for r in reqs} if references else None
+    engine = _engine(target, arm, drafts, refs)
+    per_request, total_tokens, total_s = [], 0, 0.0
+    for p, r in zip(prompts, reqs, strict=True):
+        t0 = time.perf_counter()
+        engine.generate([r])
+        dt = time.perf_counter() - t0
+        total_tokens += len(r.output_ids)
+        total_s += dt
+        per_request.append(
+            {
+                "id": r.id,
+                "category": p.get("category"),
+                "tokens": len(r.output_ids),
+                "time_s": round(dt, 4),
+                **r.stats.as_dict(),
+            }
+        )
+    timer = engine.timer.as_dict()
+    cycle = sum(timer.values())
+    by_cat: dict[str, SpecStats] = {}
+    for p, r in zip(prompts, reqs, strict=True):
+        by_cat.setdefault(p.get("category") or "all", SpecStats()).merge(r.stats)
+    drafted = [x for x in per_request if x["num_drafts"]]
+    return {
+        "arm": asdict(arm),
+        "temperature": temperature,
+        "prompts": len(prompts),
+        "tokens_per_s": round(total_tokens / total_s, 3),
+        "total_tokens": total_tokens,
+        "total_s": round(total_s, 3),
+        "pooled": engine.stats.as_dict(),
+        "tau_mean_per_request": round(sum(x["tau"] for x in drafted) / len(drafted), 4) if drafted else 1.0,
+        "per_position_rate": [round(x, 4) for x in engine.stats.per_position_rate],
+        "tau_by_category": {c: round(s.tau, 4) for c, s in sorted(by_cat.items())},
+        "time_breakdown_s": timer,
+        "head_walk_share": round((timer["candidates"] + timer["head"] + timer["walk"]) / cycle, 4) if cycle else 0.0,
+        "per_request": per_request,
+        "outputs": {r.id: r.output_ids for r in reqs},
+    }
+
+
+def environment() -> dict:
+    import transformers
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "threads": torch.get_num_threads(),
+        "cpu": platform.processor() or platform.machine(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def run_bench(
+    target_dir: str,
+    draft_dirs: list[str],
+    prompts: list[dict],
+    temperatures: list[float],
+    max_tokens: int,
+    out: Path | None = None,
+    arms: list[Arm] | None = None,
+    seed: int = 0,
+) -> dict:
+    target = TargetRuntime.load(target_dir)
+    arms = arms or default_arms(draft_dirs)
+    drafts = {d: load_draft(d, target.model.config) for d in {a.draft for a in arms if a.draft}}
+    results: dict = {
+        "target": target_dir,
+        "drafts": draft_dirs,
+        "environment": environment(),
+        "max_tokens": max_tokens,
+        "runs": [],
+    }
+    for temp in temperatures:
+        ar = run_arm(target, Arm("ar", "ar"), prompts, temp, max_tokens, drafts, seed=seed)
+        results["runs"].append(ar)
+        for arm in tqdm([a for a in arms if a.method != "ar"], desc=f"arms T={temp}", mininterval=5):
+            if arm.method == "oracle" and temp != 0:
+                continue  # the oracle needs the deterministic greedy reference
+            res = run_arm(target, arm, prompts, temp, max_tokens, drafts, references=ar["outputs"], seed=seed)
+            res["speedup_vs_ar"] = round(res["tokens_per_s"] / ar["tokens_per_s"], 4)
+            if temp == 0:
+                res["identical_to_ar"] = res["outputs"] == ar["outputs"]
+            results["runs"].append(res)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / "results.json", json.dumps(results, indent=1) + "\n")
+        atomic_write_text(out / "results.md", markdown_table(results))
+    return results
+
+
+def markdown_table(results: dict) -> str:
+    lines = [
+        "| T | arm | τ pooled | τ per request | τ code | τ prose | tokens/s | speedup vs AR | head+walk share | "
+        "T=0 identical to AR |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results["runs"]:
+        cats = r["tau_by_category"]
+        lines.append(
+            f"| {r['temperature']:g} | {r['arm']['name']} | {r['pooled']['tau']:.3f} | {r['tau_mean_per_request']:.3f} "
+            f"| {cats.get('code', float('nan')):.3f} | {cats.get('prose', float('nan')):.3f} | {r['tokens_per_s']:.1f} "
+            f"| {r.get('speedup_vs_ar', 1.0):.2f}× | {r['head_walk_share'] * 100:.1f} % | "
+            f"{'yes' if r.get('identical_to_ar', True) else 'NO'} |"
+        )
+    return "\n".join(lines) + "\n"
