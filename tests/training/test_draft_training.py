@@ -185,3 +185,46 @@ def test_two_processes_equal_one_at_same_global_batch(tiny_target_dir, regen_dat
         changed += int(not torch.allclose(v, init[k]))
     assert changed > 10  # the runs really trained
     load_draft(tmp_path / "two")  # rank 0 exported a valid checkpoint
+
+
+def test_bench_quick_and_draft_card(tiny_target_dir, regen_data, tmp_path):
+    import json
+
+    from lilicorr.bench.runner import run_bench
+    from lilicorr.training.draft_card import write_draft_card
+
+    train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / "lc", "lilicorr", steps=5))
+    train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / "df", "dflash", steps=5))
+    prompts = [{"id": f"p{i}", "prompt": "def f(x):" * (i + 1), "category": ("code", "prose")[i % 2]} for i in range(4)]
+    res = run_bench(
+        str(tiny_target_dir),
+        [str(tmp_path / "lc"), str(tmp_path / "df")],
+        prompts,
+        [0.0, 1.0],
+        12,
+        out=tmp_path / "bench",
+    )
+    names = [(r["temperature"], r["arm"]["name"]) for r in res["runs"]]
+    assert (0.0, "lc:oracle") in names and (1.0, "lc:oracle") not in names and (1.0, "df") in names
+    for r in res["runs"]:
+        if r["temperature"] == 0:
+            assert r.get("identical_to_ar", True)
+    oracle = next(r for r in res["runs"] if r["arm"]["name"] == "lc:oracle")
+    walk = next(r for r in res["runs"] if r["arm"]["name"] == "lc" and r["temperature"] == 0)
+    assert oracle["pooled"]["tau"] >= walk["pooled"]["tau"]
+    assert json.loads((tmp_path / "bench" / "results.json").read_text())["runs"]
+    meta = tmp_path / "meta.json"
+    meta.write_text(
+        json.dumps(
+            {
+                "sequences": 40,
+                "length": 32,
+                "sampled_sequences": 20,
+                "sha256_16": "x",
+                "config": {"target": "t", "out": "o", "num_sequences": 40, "seed": 0},
+            }
+        )
+    )
+    write_draft_card(tmp_path / "lc", "lilicorr train draft …", meta, tmp_path / "bench" / "results.json", "bench …")
+    card = (tmp_path / "lc" / "MODEL_CARD.md").read_text()
+    assert "LiLiCorrDraftModel" in card and "| 0 | oracle |" in card and "lilicorr train draft …" in card

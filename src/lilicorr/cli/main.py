@@ -148,6 +148,20 @@ def _cmd_card_target(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_card_draft(args: argparse.Namespace) -> int:
+    from lilicorr.training.draft_card import write_draft_card
+
+    write_draft_card(
+        Path(args.model),
+        args.command,
+        Path(args.data_meta),
+        Path(args.bench) if args.bench else None,
+        args.bench_command,
+    )
+    print(f"wrote {Path(args.model) / 'MODEL_CARD.md'}")
+    return 0
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     from lilicorr.cli.generate import run_generate
 
@@ -290,6 +304,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--command", required=True, help="the exact training command, recorded in the card")
     s.add_argument("--threads", type=int, default=2)
     s.set_defaults(func=_cmd_card_target)
+
+    s = card.add_parser("draft", help="write a drafter's MODEL_CARD.md from its summary and a bench run")
+    s.add_argument("model")
+    s.add_argument("--command", required=True)
+    s.add_argument("--data-meta", required=True, help="the .json written beside the regenerated data")
+    s.add_argument("--bench", default=None, help="results.json of a `lilicorr bench` run including this drafter")
+    s.add_argument("--bench-command", default="")
+    s.set_defaults(func=_cmd_card_draft)
 
     s = sub.add_parser("bench", help="compare proposal arms (τ, speed, head share) on one stack")
     s.add_argument("--target", default="models/tiny-s")

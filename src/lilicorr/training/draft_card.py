@@ -1,0 +1,93 @@
+"""``MODEL_CARD.md`` for a trained drafter, written from its training summary and a bench run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lilicorr.data.atomic import atomic_write_text
+
+
+def _bench_rows(bench: dict, name: str) -> list[str]:
+    rows = []
+    for r in bench["runs"]:
+        if r["arm"]["name"] in (name, f"{name}:oracle"):
+            rows.append(
+                f"| {r['temperature']:g} | {r['arm']['method']} | {r['pooled']['tau']:.3f} | "
+                f"{r['tau_mean_per_request']:.3f} | {r['speedup_vs_ar']:.2f}× | "
+                f"{100 * r['head_walk_share']:.1f} % | {'yes' if r.get('identical_to_ar', True) else 'NO'} |"
+            )
+    return rows
+
+
+def write_draft_card(
+    model_dir: Path, command: str, data_meta: Path, bench: Path | None = None, bench_command: str = ""
+) -> None:
+    summary = json.loads((model_dir / "training_summary.json").read_text())
+    cfg = json.loads((model_dir / "config.json").read_text())
+    meta = json.loads(Path(data_meta).read_text())
+    tc = summary["config"]
+    dfc = cfg["dflash_config"]
+    v = summary["final_val"] or {}
+    geometry = ", ".join(f"{k.removeprefix('lilicorr_')}={dfc[k]}" for k in dfc if k.startswith("lilicorr_"))
+    lines = [
+        f"# {model_dir.name}",
+        "",
+        f"`{cfg['architectures'][0]}` drafter for `{tc['target']}`, trained by `lilicorr train draft --mode "
+        f"{tc['mode']}`. Loads unchanged in vLLM (≥ 0.32) and SGLang (0.5.23): Scheme A tensor names, "
+        "bf16 safetensors.",
+        "",
+        "## Geometry",
+        "",
+        f"- backbone: {cfg['num_hidden_layers']} Qwen3 layers, hidden {cfg['hidden_size']}, "
+        f"{cfg['num_attention_heads']}/{cfg['num_key_value_heads']} heads × {cfg['head_dim']}, "
+        f"MLP {cfg['intermediate_size']}",
+        f"- block size {dfc['block_size']} ({dfc['block_size'] - 1} drafted tokens), mask token id "
+        f"{dfc['mask_token_id']}, target layers {dfc['target_layer_ids']}",
+        f"- LiLiCorr head: {geometry}" if geometry else "- no LiLiCorr head (vanilla DFlash)",
+        "",
+        "## Training (measured)",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        "| item | value |",
+        "|---|---|",
+        f"| seed | {tc['seed']} |",
+        f"| data | `{tc['data']}`: {meta['sequences']} sequences × {meta['length']} tokens "
+        f"({meta['sampled_sequences']} continued at T=1, the rest greedily), sha256[:16] `{meta['sha256_16']}` |",
+        f"| data command | `lilicorr data regenerate --target {meta['config']['target']} --out {meta['config']['out']} "
+        f"--num-sequences {meta['config']['num_sequences']} --seed {meta['config']['seed']}` |",
+        f"| steps × batch × anchors | {summary['steps']} × {tc['batch_size']} × {tc['anchors']} |",
+        f"| optimiser | AdamW fp32 master weights, lr {tc['lr']}, warm-up {tc['warmup_ratio']}, cosine, clip "
+        f"{tc['grad_clip']}, bf16 autocast; DFlash γ {tc['gamma']} |",
+        f"| head loss weights | {tc['head_weights']} |",
+        f"| wall time | {summary['wall_time_s'] / 60:.1f} min, {tc['threads']} thread(s), "
+        f"{summary['world']} process(es) |",
+        "",
+        "Validation (held-out regenerated sequences, random anchors):",
+        "",
+        "```",
+        json.dumps(v, indent=1),
+        "```",
+        "",
+        "`slot_acc`: per-slot top-1 accuracy; `top1_prefix`: mean accepted prefix of per-slot argmax drafts; "
+        "`walk_prefix`: the same for the head's greedy walk; `oracle_prefix`: prefix while the truth is in the "
+        "top-K lattice (upper bound for any walk); `in_lattice`: truth-in-lattice rate per slot.",
+    ]
+    if bench is not None:
+        b = json.loads(Path(bench).read_text())
+        rows = _bench_rows(b, model_dir.name)
+        lines += [
+            "",
+            "## Decoding (measured with the engine)",
+            "",
+            f"`{bench_command}` — {b['runs'][0]['prompts']} held-out test-split prompts, "
+            f"{b['max_tokens']} new tokens each, batch 1, {b['environment']['threads']} threads.",
+            "",
+            "| T | method | τ pooled | τ per request | speedup vs AR | head+walk share | T=0 identical to AR |",
+            "|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    atomic_write_text(model_dir / "MODEL_CARD.md", "\n".join(lines) + "\n")
