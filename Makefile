@@ -23,8 +23,15 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
+# Speculative generation with the shipped LiLiCorr drafter (plain generation if it is absent),
+# with autoregressive decoding of the same prompt in the same process for the speedup.
+DRAFT ?= models/tiny-s-lilicorr
 run: venv
-	$(BIN)/lilicorr generate --target models/tiny-s --prompt '$(PROMPT)' --max-new-tokens $(MAX_NEW)
+	if [ -f $(DRAFT)/config.json ]; then \
+	  $(BIN)/lilicorr generate --target models/tiny-s --draft $(DRAFT) --compare-ar --prompt '$(PROMPT)' --max-new-tokens $(MAX_NEW); \
+	else \
+	  $(BIN)/lilicorr generate --target models/tiny-s --prompt '$(PROMPT)' --max-new-tokens $(MAX_NEW); \
+	fi
 
 test: venv
 	$(BIN)/python -m pytest -q

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -74,7 +75,9 @@ def regenerate(cfg: RegenConfig) -> dict:
         if shard.exists():
             continue
         rows = range(bi * cfg.batch_size, min(len(prompts), (bi + 1) * cfg.batch_size))
-        sampled = [i >= round(len(prompts) * (1 - cfg.sampled_fraction)) for i in rows]
+        # Spread sampled rows evenly (e.g. every other row at 0.5), so any slice — the validation
+        # rows too — mixes both regimes.
+        sampled = [math.floor((i + 1) * cfg.sampled_fraction) > math.floor(i * cfg.sampled_fraction) for i in rows]
         reqs = [
             Request(
                 prompts[i],
