@@ -204,6 +204,23 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import torch
+    import uvicorn
+
+    from lilicorr.serve.server import build, parse_speculative_config
+
+    torch.set_num_threads(args.threads)
+    try:
+        spec = parse_speculative_config(args.speculative_config)
+        app, _loop = build(args.target, spec, args.served_model_name, args.max_num_seqs, args.max_model_len, args.dtype)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from lilicorr.cli.inspect_cmd import run_inspect
 
@@ -312,6 +329,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--bench", default=None, help="results.json of a `lilicorr bench` run including this drafter")
     s.add_argument("--bench-command", default="")
     s.set_defaults(func=_cmd_card_draft)
+
+    s = sub.add_parser("serve", help="OpenAI-compatible server with speculative decoding and /metrics")
+    s.add_argument("target", nargs="?", default=None, help="target folder (default: the shipped models/tiny-s)")
+    s.add_argument(
+        "--speculative-config",
+        default=None,
+        help='vLLM-style JSON, e.g. \'{"method": "dflash", "model": "models/tiny-s-lilicorr"}\'',
+    )
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--served-model-name", default=None)
+    s.add_argument("--max-num-seqs", type=int, default=8)
+    s.add_argument("--max-model-len", type=int, default=None)
+    s.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
+    s.add_argument("--threads", type=int, default=2)
+    s.add_argument("--log-level", default="warning")
+    s.set_defaults(func=_cmd_serve)
 
     s = sub.add_parser("bench", help="compare proposal arms (τ, speed, head share) on one stack")
     s.add_argument("--target", default="models/tiny-s")

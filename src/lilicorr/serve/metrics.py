@@ -1,0 +1,75 @@
+"""Prometheus metrics under vLLM's names, so dashboards, aiperf and ``vllm bench`` read them as-is.
+
+τ from a scrape: ``1 + vllm:spec_decode_num_accepted_tokens_total / vllm:spec_decode_num_drafts_total``.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from lilicorr.decoding.stats import SpecStats
+
+_LATENCY_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+
+
+class ServerMetrics:
+    def __init__(self, model_name: str):
+        self.registry = CollectorRegistry()
+        r, m = self.registry, ["model_name"]
+        self.model_name = model_name
+        self.drafts = Counter("vllm:spec_decode_num_drafts", "Speculative drafts verified", m, registry=r)
+        self.draft_tokens = Counter("vllm:spec_decode_num_draft_tokens", "Draft tokens proposed", m, registry=r)
+        self.accepted = Counter("vllm:spec_decode_num_accepted_tokens", "Draft tokens accepted", m, registry=r)
+        self.accepted_pos = Counter(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted draft tokens per draft position",
+            [*m, "position"],
+            registry=r,
+        )
+        self.running = Gauge("vllm:num_requests_running", "Requests in the running batch", m, registry=r)
+        self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting for a batch slot", m, registry=r)
+        self.success = Counter("vllm:request_success", "Finished requests", [*m, "finished_reason"], registry=r)
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens processed", m, registry=r)
+        self.generation_tokens = Counter("vllm:generation_tokens", "Tokens generated", m, registry=r)
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds", "Time to first token", m, buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.itl = Histogram(
+            "vllm:inter_token_latency_seconds", "Time between output tokens", m, buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds", "Request latency", m, buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self._seen = SpecStats()
+
+    def sync_spec(self, total: SpecStats) -> None:
+        """Advance the counters to the engine's cumulative totals."""
+        n = self.model_name
+        self.drafts.labels(n).inc(total.num_drafts - self._seen.num_drafts)
+        self.draft_tokens.labels(n).inc(total.num_draft_tokens - self._seen.num_draft_tokens)
+        self.accepted.labels(n).inc(total.num_accepted_tokens - self._seen.num_accepted_tokens)
+        for i, c in enumerate(total.accepted_per_position):
+            prev = self._seen.accepted_per_position[i] if i < len(self._seen.accepted_per_position) else 0
+            self.accepted_pos.labels(n, str(i)).inc(c - prev)
+        self._seen = SpecStats(
+            total.num_drafts, total.num_draft_tokens, total.num_accepted_tokens, list(total.accepted_per_position)
+        )
