@@ -228,3 +228,10 @@ def test_bench_quick_and_draft_card(tiny_target_dir, regen_data, tmp_path):
     write_draft_card(tmp_path / "lc", "lilicorr train draft …", meta, tmp_path / "bench" / "results.json", "bench …")
     card = (tmp_path / "lc" / "MODEL_CARD.md").read_text()
     assert "LiLiCorrDraftModel" in card and "| 0 | oracle |" in card and "lilicorr train draft …" in card
+    from lilicorr.bench.report import write_report
+
+    page = write_report(tmp_path / "bench" / "results.json", tmp_path / "docs" / "RESULTS.md", "lilicorr bench …")
+    text = page.read_text()
+    pngs = sorted(p.name for p in (tmp_path / "docs").glob("*.png"))
+    assert len(pngs) == 3 and all(f"]({p})" in text for p in pngs)
+    assert all((tmp_path / "docs" / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)

@@ -221,6 +221,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from lilicorr.bench.report import write_report
+
+    print(f"wrote {write_report(Path(args.results), Path(args.out), args.command, args.title)}")
+    return 0
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from lilicorr.cli.inspect_cmd import run_inspect
 
@@ -361,6 +368,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quick", action="store_true", help="4 prompts, 32 tokens, T=0: a smoke run")
     s.add_argument("--out", default="runs/bench")
     s.set_defaults(func=_cmd_bench)
+
+    s = sub.add_parser("report", help="generate a results markdown page with plots from a bench results.json")
+    s.add_argument("results")
+    s.add_argument("--out", default="docs/RESULTS.md")
+    s.add_argument("--command", default="", help="the bench command that produced the results")
+    s.add_argument("--title", default="Results")
+    s.set_defaults(func=_cmd_report)
 
     s = sub.add_parser("inspect", help="explain a draft checkpoint: geometry, parameters, validity")
     from lilicorr.cli.inspect_cmd import add_inspect_args

@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 import uuid
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -17,7 +18,14 @@ from lilicorr.serve.protocol import ParsedRequest, RequestError, chat_prompt, co
 
 
 def create_app(loop: EngineLoop, model_name: str, max_model_len: int) -> FastAPI:
-    app = FastAPI(title="lilicorr", version="0.1.0")
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        if not loop.thread.is_alive():
+            loop.start()
+        yield
+        loop.stop()
+
+    app = FastAPI(title="lilicorr", version="0.1.0", lifespan=lifespan)
     tokenizer = loop.engine.target.tokenizer
     eos = frozenset(loop.engine.target.eos_token_ids)
     created = int(time.time())
@@ -25,15 +33,6 @@ def create_app(loop: EngineLoop, model_name: str, max_model_len: int) -> FastAPI
     @app.exception_handler(RequestError)
     async def _request_error(_req: Request, exc: RequestError):
         return JSONResponse(exc.body(), status_code=exc.status)
-
-    @app.on_event("startup")
-    async def _start() -> None:
-        if not loop.thread.is_alive():
-            loop.start()
-
-    @app.on_event("shutdown")
-    async def _stop() -> None:
-        loop.stop()
 
     @app.get("/health")
     async def health():
