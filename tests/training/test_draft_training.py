@@ -181,7 +181,8 @@ def test_two_processes_equal_one_at_same_global_batch(tiny_target_dir, regen_dat
     init = build_model(single, TargetRuntime.load(tiny_target_dir)).state_dict()
     changed = 0
     for k, v in a.items():
-        torch.testing.assert_close(b[k], v, atol=1e-5, rtol=1e-4, msg=k)
+        # Adam divides by sqrt(v): near-zero gradients amplify summation-order noise, hence 1e-4.
+        torch.testing.assert_close(b[k], v, atol=1e-4, rtol=1e-4, msg=lambda m, k=k: f"{k}: {m}")
         changed += int(not torch.allclose(v, init[k]))
     assert changed > 10  # the runs really trained
     load_draft(tmp_path / "two")  # rank 0 exported a valid checkpoint

@@ -18,16 +18,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from tqdm import tqdm
 
 from lilicorr.checkpoint import load_draft, save_draft
-from lilicorr.data.atomic import atomic_write
 from lilicorr.decoding.walk import walk_greedy
 from lilicorr.models.backbone import training_block_mask
 from lilicorr.models.config import DraftConfig, LiLiCorrGeometry
@@ -42,6 +39,7 @@ from lilicorr.training.losses import (
     sample_anchors,
 )
 from lilicorr.training.regenerate import load_regenerated
+from lilicorr.training.run import TrainRun
 
 MODES = ("dflash", "lilicorr", "head")
 
@@ -299,42 +297,18 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
-    state = {"step": 0, "elapsed_s": 0.0, "history": []}
-    ckpt = run_dir / "checkpoint.pt"
-    if resume and ckpt.exists():
-        ck = torch.load(ckpt, weights_only=False)
-        model.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["opt"])
-        gen.set_state(ck["gen"])
-        state = ck["state"]
+    run = TrainRun(
+        run_dir, model, opt, gen, cfg.steps, f"train {cfg.mode}", cfg.checkpoint_minutes, resume, is_main=rank == 0
+    )
+    run.event(
+        {"event": "start", "config": asdict(cfg), "world": world, "params": sum(p.numel() for p in model.parameters())}
+    )
     step_fn = DraftStep(cfg, target, model)
     per_rank = cfg.batch_size // world
-    log = (run_dir / "train.log").open("a") if rank == 0 else None
-    if log:
-        log.write(
-            json.dumps(
-                {
-                    "event": "start",
-                    "config": asdict(cfg),
-                    "world": world,
-                    "params": sum(p.numel() for p in model.parameters()),
-                }
-            )
-            + "\n"
-        )
-    t0, last_ckpt = time.time() - state["elapsed_s"], time.time()
-    bar = tqdm(total=cfg.steps, initial=state["step"], desc=f"train {cfg.mode}", mininterval=5, disable=rank != 0)
     model.train()
-
-    def save_checkpoint() -> None:
-        if rank == 0:
-            payload = {"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(), "state": state}
-            atomic_write(ckpt, lambda p: torch.save(payload, p))
-
-    while state["step"] < cfg.steps:
-        step = state["step"]
+    while not run.done:
         for g in opt.param_groups:
-            g["lr"] = _lr(step, cfg)
+            g["lr"] = _lr(run.step, cfg)
         idx = torch.randint(len(train_tok), (cfg.batch_size,), generator=gen)  # global batch, same on every rank
         anchors, valid = sample_anchors(train_mask[idx], cfg.anchors, step_fn.block, gen)
         sl = slice(rank * per_rank, (rank + 1) * per_rank)
@@ -348,41 +322,25 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
                     dist.all_reduce(p.grad)
         gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         opt.step()
-        state["step"] += 1
-        state["elapsed_s"] = time.time() - t0
         global_loss = float(_all_reduce(loss.detach()))
-        bar.update(1)
-        bar.set_postfix(loss=f"{global_loss:.3f}", refresh=False)
-        rec = {
-            "step": state["step"],
-            "loss": round(global_loss, 5),
-            "gnorm": round(float(gnorm), 4),
-            "elapsed_s": round(state["elapsed_s"], 1),
-        }
-        if rank == 0 and (state["step"] % cfg.val_every == 0 or state["step"] == cfg.steps) and n_val:
-            rec["val"] = validate(step_fn, val_tok, val_mask, cfg)
-            state["history"].append(rec)
-            tqdm.write(json.dumps(rec))
-        if log and (state["step"] % 10 == 0 or "val" in rec):
-            log.write(json.dumps(rec) + "\n")
-            log.flush()
-        if time.time() - last_ckpt > cfg.checkpoint_minutes * 60:
-            save_checkpoint()
-            last_ckpt = time.time()
-    bar.close()
-    save_checkpoint()
+        run.finish_step(
+            {"loss": round(global_loss, 5), "gnorm": round(float(gnorm), 4)},
+            validate=(lambda: validate(step_fn, val_tok, val_mask, cfg)) if n_val else None,
+            val_every=cfg.val_every,
+        )
+    run.close()
+    state = run.state
     summary = {
         "mode": cfg.mode,
         "steps": state["step"],
         "wall_time_s": round(state["elapsed_s"], 1),
-        "final_val": state["history"][-1]["val"] if state["history"] else None,
+        "final_val": run.last_val,
         "world": world,
         "config": asdict(cfg),
     }
     if rank == 0:
         save_draft(model, cfg.out, extra_files={"training_summary.json": json.dumps(summary, indent=2) + "\n"})
-        if log:
-            log.write(json.dumps({"event": "done", **{k: v for k, v in summary.items() if k != "config"}}) + "\n")
+        run.event({"event": "done", **{k: v for k, v in summary.items() if k != "config"}})
     if world > 1:
         dist.barrier()
     return summary

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
-from lilicorr.data.atomic import atomic_write, atomic_write_dir
+from lilicorr.data.atomic import atomic_write_dir
 from lilicorr.data.corpus import CATEGORIES, load_manifest
 from lilicorr.data.tokens import fixed_windows, sample_windows, token_array
+from lilicorr.training.run import TrainRun
 
 # Width vs depth for a CPU budget of ~90 min: shallow-and-wide models run far more tokens/s on 2
 # cores than deep-and-narrow ones of equal size, and at this scale tokens seen dominate quality.
@@ -147,34 +146,24 @@ def train_target(cfg: TargetTrainConfig, resume: bool = False) -> dict:
         eps=1e-8,
     )
     gen = torch.Generator().manual_seed(cfg.seed)
-    state = {"step": 0, "tokens": 0, "elapsed_s": 0.0, "history": []}
-    ckpt_path = run_dir / "checkpoint.pt"
-    if resume and ckpt_path.exists():
-        ck = torch.load(ckpt_path, weights_only=False)
-        model.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["opt"])
-        gen.set_state(ck["gen"])
-        state = ck["state"]
-        print(f"resumed from step {state['step']}", flush=True)
+    run = TrainRun(
+        run_dir,
+        model,
+        opt,
+        gen,
+        cfg.steps,
+        f"train {cfg.preset}",
+        cfg.checkpoint_minutes,
+        resume,
+        log_every=20,
+        extra_state={"tokens": 0},
+    )
     n_params = sum(p.numel() for p in model.parameters())
-    log = (run_dir / "train.log").open("a")
-    log.write(json.dumps({"event": "start", "config": asdict(cfg), "params": n_params}) + "\n")
-
-    def save_checkpoint() -> None:
-        payload = {
-            "model": model.state_dict(),
-            "opt": opt.state_dict(),
-            "gen": gen.get_state(),
-            "state": state,
-        }
-        atomic_write(ckpt_path, lambda p: torch.save(payload, p))
-
+    run.event({"event": "start", "config": asdict(cfg), "params": n_params})
     model.train()
-    t_start, last_ckpt = time.time() - state["elapsed_s"], time.time()
-    bar = tqdm(total=cfg.steps, initial=state["step"], desc=f"train {cfg.preset}", mininterval=5)
     n_code = round(cfg.batch_size * cfg.code_fraction)
-    while state["step"] < cfg.steps:
-        step = state["step"]
+    while not run.done:
+        step = run.step
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
         batch = torch.cat(
@@ -190,31 +179,14 @@ def train_target(cfg: TargetTrainConfig, resume: bool = False) -> dict:
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
-        state["step"] += 1
-        state["tokens"] += batch[:, 1:].numel()
-        state["elapsed_s"] = time.time() - t_start
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr_at(step, cfg):.2e}", refresh=False)
-        rec = {
-            "step": state["step"],
-            "loss": loss.item(),
-            "gnorm": float(gnorm),
-            "lr": lr_at(step, cfg),
-            "tokens": state["tokens"],
-            "elapsed_s": round(state["elapsed_s"], 1),
-        }
-        if state["step"] % cfg.val_every == 0 or state["step"] == cfg.steps:
-            rec["val"] = {c: evaluate_lm(model, val[c], cfg.bf16) for c in CATEGORIES}
-            state["history"].append(rec)
-            print(json.dumps(rec), flush=True)
-        if state["step"] % 20 == 0 or "val" in rec:
-            log.write(json.dumps(rec) + "\n")
-            log.flush()
-        if time.time() - last_ckpt > cfg.checkpoint_minutes * 60:
-            save_checkpoint()
-            last_ckpt = time.time()
-    bar.close()
-    save_checkpoint()
+        run.state["tokens"] += batch[:, 1:].numel()
+        run.finish_step(
+            {"loss": loss.item(), "gnorm": float(gnorm), "lr": lr_at(step, cfg), "tokens": run.state["tokens"]},
+            validate=lambda: {c: evaluate_lm(model, val[c], cfg.bf16) for c in CATEGORIES},
+            val_every=cfg.val_every,
+        )
+    run.close()
+    state = run.state
     summary = {
         "preset": cfg.preset,
         "params": n_params,
@@ -238,5 +210,5 @@ def train_target(cfg: TargetTrainConfig, resume: bool = False) -> dict:
             (tmp / "MODEL_CARD.md").write_bytes((out / "MODEL_CARD.md").read_bytes())
 
     atomic_write_dir(out, export)
-    log.write(json.dumps({"event": "done", **summary}) + "\n")
+    run.event({"event": "done", **summary})
     return summary

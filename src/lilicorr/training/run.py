@@ -1,0 +1,109 @@
+"""Resumable-run bookkeeping shared by every trainer: checkpoint, log, progress, wall clock.
+
+A checkpoint holds the model, the optimiser, the data RNG and the counters, written atomically
+every few minutes, so ``--resume`` continues bit for bit and a crash loses at most those minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from lilicorr.data.atomic import atomic_write
+
+
+class TrainRun:
+    def __init__(
+        self,
+        run_dir: Path,
+        model: torch.nn.Module,
+        opt: torch.optim.Optimizer,
+        gen: torch.Generator,
+        total_steps: int,
+        desc: str,
+        checkpoint_minutes: float,
+        resume: bool,
+        is_main: bool = True,
+        log_every: int = 10,
+        extra_state: dict | None = None,
+    ):
+        self.run_dir, self.model, self.opt, self.gen = Path(run_dir), model, opt, gen
+        self.total_steps, self.checkpoint_minutes, self.is_main, self.log_every = (
+            total_steps,
+            checkpoint_minutes,
+            is_main,
+            log_every,
+        )
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / "checkpoint.pt"
+        self.state: dict = {"step": 0, "elapsed_s": 0.0, "history": [], **(extra_state or {})}
+        if resume and self.path.exists():
+            ck = torch.load(self.path, weights_only=False)
+            model.load_state_dict(ck["model"])
+            opt.load_state_dict(ck["opt"])
+            gen.set_state(ck["gen"])
+            self.state = ck["state"]
+            tqdm.write(f"resumed from step {self.state['step']}")
+        self.log = (self.run_dir / "train.log").open("a") if is_main else None
+        self.t0 = time.time() - self.state["elapsed_s"]
+        self.last_ckpt = time.time()
+        self.bar = tqdm(total=total_steps, initial=self.state["step"], desc=desc, mininterval=5, disable=not is_main)
+
+    @property
+    def step(self) -> int:
+        return self.state["step"]
+
+    @property
+    def done(self) -> bool:
+        return self.state["step"] >= self.total_steps
+
+    def event(self, record: dict) -> None:
+        if self.log:
+            self.log.write(json.dumps(record) + "\n")
+            self.log.flush()
+
+    def finish_step(self, record: dict, validate=None, val_every: int = 0) -> dict:
+        """Count the step, validate when due (``validate()`` → dict), log, checkpoint when due."""
+        self.state["step"] += 1
+        self.state["elapsed_s"] = time.time() - self.t0
+        record = {"step": self.state["step"], **record, "elapsed_s": round(self.state["elapsed_s"], 1)}
+        self.bar.update(1)
+        if "loss" in record:
+            self.bar.set_postfix(loss=f"{record['loss']:.3f}", refresh=False)
+        if (
+            validate is not None
+            and self.is_main
+            and val_every
+            and (self.step % val_every == 0 or self.step == self.total_steps)
+        ):
+            record["val"] = validate()
+            self.state["history"].append(record)
+            tqdm.write(json.dumps(record))
+        if self.step % self.log_every == 0 or "val" in record:
+            self.event(record)
+        if time.time() - self.last_ckpt > self.checkpoint_minutes * 60:
+            self.save()
+        return record
+
+    def save(self) -> None:
+        if self.is_main:
+            payload = {
+                "model": self.model.state_dict(),
+                "opt": self.opt.state_dict(),
+                "gen": self.gen.get_state(),
+                "state": self.state,
+            }
+            atomic_write(self.path, lambda p: torch.save(payload, p))
+        self.last_ckpt = time.time()
+
+    def close(self) -> None:
+        self.bar.close()
+        self.save()
+
+    @property
+    def last_val(self) -> dict | None:
+        return self.state["history"][-1]["val"] if self.state["history"] else None
