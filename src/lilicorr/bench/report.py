@@ -75,7 +75,44 @@ def _plots(results: dict, out_dir: Path, prefix: str) -> list[str]:
     files.append(f"{prefix}cycle_breakdown.png")
     fig.savefig(out_dir / files[-1], dpi=110)
     plt.close(fig)
+    if results.get("sweep"):
+        sw = results["sweep"]
+        combos = sorted({(r["tier"], r["input_len"]) for r in sw})
+        fig, axes = plt.subplots(1, len(combos), figsize=(4 * len(combos), 3.4), squeeze=False)
+        for ax, (tier, in_len) in zip(axes[0], combos, strict=True):
+            for arm in sorted({r["arm"] for r in sw}):
+                pts = sorted(
+                    (r["concurrency"], r["tokens_per_s"])
+                    for r in sw
+                    if r["arm"] == arm and r["tier"] == tier and r["input_len"] == in_len
+                )
+                ax.plot([c for c, _ in pts], [v for _, v in pts], marker="o", label=arm)
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{tier} entropy, input {in_len}", fontsize=9)
+            ax.set_xlabel("concurrency")
+            ax.set_ylabel("output tokens/s")
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        files.append(f"{prefix}throughput.png")
+        fig.savefig(out_dir / files[-1], dpi=110)
+        plt.close(fig)
     return files
+
+
+def sweep_table(results: dict) -> str:
+    sw = results.get("sweep") or []
+    if not sw:
+        return ""
+    arms = sorted({r["arm"] for r in sw})
+    lines = [
+        "| tier | input | concurrency | " + " | ".join(f"{a} tok/s" for a in arms) + " |",
+        "|---|---|---|" + "---|" * len(arms),
+    ]
+    for key in sorted({(r["tier"], r["input_len"], r["concurrency"]) for r in sw}):
+        vals = {r["arm"]: r["tokens_per_s"] for r in sw if (r["tier"], r["input_len"], r["concurrency"]) == key}
+        cells = " | ".join(f"{vals.get(a, float('nan')):.1f}" for a in arms)
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {cells} |")
+    return "\n".join(lines) + "\n"
 
 
 def write_report(results_path: Path, out: Path, command: str, title: str = "Results") -> Path:
@@ -98,6 +135,15 @@ def write_report(results_path: Path, out: Path, command: str, title: str = "Resu
         f"python {env['python']}, torch {env['torch']}, {env['threads']} threads, {env['time']}.",
         "",
         markdown_table(results),
+        "τ by entropy tier (the target's mean predictive entropy over the prompt, in thirds): "
+        + "; ".join(
+            f"{r['arm']['name']} T={r['temperature']:g}: "
+            + ", ".join(f"{k} {v:.3f}" for k, v in r.get("tau_by_tier", {}).items())
+            for r in results["runs"]
+            if r["arm"]["method"] != "ar"
+        ),
+        "",
+        sweep_table(results),
         "τ = 1 + accepted / drafts (vLLM's mean acceptance length, bonus token included). Speedups are ratios "
         "to autoregressive decoding measured in the same process on the same prompts. `:oracle` picks the "
         "target's token whenever it is in the top-K lattice: the ceiling for any walk over that lattice.",

@@ -108,8 +108,10 @@ def run_arm(
     timer = engine.timer.as_dict()
     cycle = sum(timer.values())
     by_cat: dict[str, SpecStats] = {}
+    by_tier: dict[str, SpecStats] = {}
     for p, r in zip(prompts, reqs, strict=True):
         by_cat.setdefault(p.get("category") or "all", SpecStats()).merge(r.stats)
+        by_tier.setdefault(p.get("tier") or "all", SpecStats()).merge(r.stats)
     drafted = [x for x in per_request if x["num_drafts"]]
     return {
         "arm": asdict(arm),
@@ -122,6 +124,7 @@ def run_arm(
         "tau_mean_per_request": round(sum(x["tau"] for x in drafted) / len(drafted), 4) if drafted else 1.0,
         "per_position_rate": [round(x, 4) for x in engine.stats.per_position_rate],
         "tau_by_category": {c: round(s.tau, 4) for c, s in sorted(by_cat.items())},
+        "tau_by_tier": {c: round(s.tau, 4) for c, s in sorted(by_tier.items())},
         "time_breakdown_s": timer,
         "head_walk_share": round((timer["candidates"] + timer["head"] + timer["walk"]) / cycle, 4) if cycle else 0.0,
         "per_request": per_request,
@@ -151,15 +154,23 @@ def run_bench(
     out: Path | None = None,
     arms: list[Arm] | None = None,
     seed: int = 0,
+    sweep: dict | None = None,
 ) -> dict:
+    """Every arm × temperature on the prompts (batch 1); optionally the throughput sweep
+    (``sweep = {"concurrencies": [...], "input_lens": [...], "max_tokens": n}``)."""
+    from lilicorr.bench.sweep import entropy_tiers, throughput_sweep
+
     target = TargetRuntime.load(target_dir)
     arms = arms or default_arms(draft_dirs)
     drafts = {d: load_draft(d, target.model.config) for d in {a.draft for a in arms if a.draft}}
+    tiers = entropy_tiers(target, prompts)
+    prompts = [{**p, "tier": tiers[p["id"]]} for p in prompts]
     results: dict = {
         "target": target_dir,
         "drafts": draft_dirs,
         "environment": environment(),
         "max_tokens": max_tokens,
+        "tiers": tiers,
         "runs": [],
     }
     for temp in temperatures:
@@ -173,6 +184,10 @@ def run_bench(
             if temp == 0:
                 res["identical_to_ar"] = res["outputs"] == ar["outputs"]
             results["runs"].append(res)
+    if sweep:
+        results["sweep"] = throughput_sweep(
+            target, arms, drafts, prompts, sweep["concurrencies"], sweep["max_tokens"], sweep["input_lens"], tiers
+        )
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / "results.json", json.dumps(results, indent=1) + "\n")

@@ -176,6 +176,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     if args.quick:
         args.num_prompts, args.max_new_tokens, args.temperatures = 4, 32, [0.0]
+        args.sweep_concurrency, args.sweep_input_lens, args.sweep_max_tokens = [1, 2], [32], 16
     if args.prompts:
         from lilicorr.cli.generate import read_prompts
 
@@ -198,6 +199,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         args.max_new_tokens,
         out=Path(args.out),
         seed=args.seed,
+        sweep=None
+        if args.no_sweep
+        else {
+            "concurrencies": args.sweep_concurrency,
+            "input_lens": args.sweep_input_lens,
+            "max_tokens": args.sweep_max_tokens,
+        },
     )
     print(markdown_table(results))
     print(f"wrote {Path(args.out) / 'results.json'} and results.md")
@@ -365,7 +373,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--threads", type=int, default=2)
-    s.add_argument("--quick", action="store_true", help="4 prompts, 32 tokens, T=0: a smoke run")
+    s.add_argument("--quick", action="store_true", help="4 prompts, 32 tokens, T=0, a tiny sweep: a smoke run")
+    s.add_argument("--sweep-concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
+    s.add_argument(
+        "--sweep-input-lens",
+        type=int,
+        nargs="+",
+        default=[64, 2560],
+        help="input lengths of the throughput sweep; 2560 = 10x the drafters' 256-token training sequences",
+    )
+    s.add_argument("--sweep-max-tokens", type=int, default=32)
+    s.add_argument("--no-sweep", action="store_true", help="skip the throughput sweep")
     s.add_argument("--out", default="runs/bench")
     s.set_defaults(func=_cmd_bench)
 

@@ -1,0 +1,85 @@
+"""Throughput sweep (concurrency × input length × entropy tier) and entropy tiers of prompts.
+
+Speculative decoding pays off at low concurrency and fades as the batch grows (the target's
+verify pass stops being memory-bound); the sweep shows where each arm stops helping on this
+machine. Entropy tiers split prompts by the target's own mean next-token entropy over the prompt,
+since acceptance depends on how predictable the continuation is.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from lilicorr.bench.runner import Arm, _engine
+from lilicorr.decoding.request import Request
+from lilicorr.decoding.sampling import SamplingParams
+from lilicorr.target.runtime import TargetRuntime, pad_right
+
+TIERS = ("low", "mixed", "high")
+
+
+@torch.no_grad()
+def entropy_tiers(target: TargetRuntime, prompts: list[dict]) -> dict[str, str]:
+    """Prompt id → tier by the target's mean predictive entropy over the prompt (thirds)."""
+    tok = target.tokenizer
+    ids = [tok.encode(p["prompt"], add_special_tokens=False) for p in prompts]
+    scores = []
+    for i in range(0, len(ids), 8):
+        chunk = ids[i : i + 8]
+        x, mask = pad_right(chunk)
+        logp = torch.log_softmax(target.model(input_ids=x, attention_mask=mask.long()).logits.float(), -1)
+        ent = -(logp.exp() * logp).sum(-1)  # [b, len]
+        scores += [(float((ent[j] * mask[j]).sum() / mask[j].sum())) for j in range(len(chunk))]
+    order = sorted(range(len(prompts)), key=lambda i: scores[i])
+    tiers = {}
+    for rank, i in enumerate(order):
+        tiers[prompts[i]["id"]] = TIERS[min(2, rank * 3 // len(prompts))]
+    return tiers
+
+
+def throughput_sweep(
+    target: TargetRuntime,
+    arms: list[Arm],
+    drafts: dict,
+    prompts: list[dict],
+    concurrencies: list[int],
+    max_tokens: int,
+    input_lens: list[int],
+    tiers: dict[str, str],
+) -> list[dict]:
+    """tokens/s of each arm at each concurrency (one batch of that many requests), per input length and tier."""
+    tok = target.tokenizer
+    rows = []
+    for tier in TIERS:
+        pool = [p for p in prompts if tiers.get(p["id"]) == tier]
+        if not pool:
+            continue
+        for in_len in input_lens:
+            base = [tok.encode(p["prompt"], add_special_tokens=False) for p in pool]
+            base = [(b * (in_len // max(1, len(b)) + 1))[:in_len] for b in base]  # repeat/trim to in_len tokens
+            for arm in arms:
+                if arm.method == "oracle":
+                    continue
+                engine = _engine(target, arm, drafts, None)
+                for c in concurrencies:
+                    reqs = [
+                        Request(list(base[i % len(base)]), SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+                        for i in range(c)
+                    ]
+                    t0 = time.perf_counter()
+                    engine.generate(reqs)
+                    dt = time.perf_counter() - t0
+                    n = sum(len(r.output_ids) for r in reqs)
+                    rows.append(
+                        {
+                            "arm": arm.name,
+                            "tier": tier,
+                            "input_len": in_len,
+                            "concurrency": c,
+                            "tokens_per_s": round(n / dt, 2),
+                            "tau": round(engine.stats.tau, 4),
+                        }
+                    )
+    return rows
