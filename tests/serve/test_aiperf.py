@@ -23,6 +23,12 @@ ROOT = Path(__file__).resolve().parents[2]
 AIPERF = Path(os.environ.get("LILICORR_AIPERF", ROOT / ".venv-aiperf" / "bin" / "aiperf"))
 
 
+def _aiperf_env() -> dict:
+    """aiperf 0.13 resolves tokenizers through the hub cache when HF_HUB_OFFLINE is set, which fails for a
+    local folder; without it, a local folder loads directly (no network is touched for a local path)."""
+    return {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+
+
 def test_aiperf_profile_32_requests(tiny_target_dir, tmp_path):
     if not AIPERF.exists():
         pytest.fail(f"{AIPERF} not found: `make test` installs aiperf into .venv-aiperf (make aiperf)")
@@ -98,7 +104,7 @@ def test_aiperf_profile_32_requests(tiny_target_dir, tmp_path):
             capture_output=True,
             text=True,
             timeout=600,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            env=_aiperf_env(),
         )
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
         summary = json.loads(next(out.rglob("profile_export_aiperf.json")).read_text())
