@@ -38,13 +38,15 @@ class Arm:
 
 
 def default_arms(drafts: list[str]) -> list[Arm]:
-    """AR, each draft with its native method, and the oracle lattice for LiLiCorr checkpoints."""
+    """AR, each draft with its native method; for LiLiCorr checkpoints also their own backbone's
+    per-slot argmax (``:top1``) and the oracle lattice (``:oracle``)."""
     arms = [Arm("ar", "ar")]
     for d in drafts:
         cfg = json.loads((Path(d) / "config.json").read_text())
         label = Path(d).name
         if cfg["architectures"][0] == "LiLiCorrDraftModel":
             arms.append(Arm(f"{label}", "lilicorr", d))
+            arms.append(Arm(f"{label}:top1", "dflash", d))  # same backbone, per-slot argmax: isolates the walk
             arms.append(Arm(f"{label}:oracle", "oracle", d))
         else:
             arms.append(Arm(f"{label}", "dflash", d))

@@ -11,9 +11,10 @@ from lilicorr.data.atomic import atomic_write_text
 def _bench_rows(bench: dict, name: str) -> list[str]:
     rows = []
     for r in bench["runs"]:
-        if r["arm"]["name"] in (name, f"{name}:oracle"):
+        if r["arm"]["name"] in (name, f"{name}:oracle", f"{name}:top1"):
+            label = r["arm"]["name"].split(":")[-1] if ":" in r["arm"]["name"] else r["arm"]["method"]
             rows.append(
-                f"| {r['temperature']:g} | {r['arm']['method']} | {r['pooled']['tau']:.3f} | "
+                f"| {r['temperature']:g} | {label} | {r['pooled']['tau']:.3f} | "
                 f"{r['tau_mean_per_request']:.3f} | {r['speedup_vs_ar']:.2f}× | "
                 f"{100 * r['head_walk_share']:.1f} % | {'yes' if r.get('identical_to_ar', True) else 'NO'} |"
             )
