@@ -19,7 +19,7 @@ P1=$!
 $L train draft $COMMON $HEAD --mode lilicorr --out models/tiny-s-lilicorr --resume > runs/train-tiny-s-lilicorr.log 2>&1 &
 P2=$!
 wait $P1 $P2
-BENCH="$L bench --target $TARGET --draft models/tiny-s-dflash --draft models/tiny-s-lilicorr --num-prompts ${NUM_PROMPTS:-16} --max-new-tokens 96 --temperatures 0 1 --threads 2 --no-sweep --out runs/bench-tiny-s"
+BENCH="$L bench --target $TARGET --draft models/tiny-s-dflash --draft models/tiny-s-lilicorr --num-prompts ${NUM_PROMPTS:-32} --max-new-tokens 128 --temperatures 0 1 --threads 2 --no-sweep --out runs/bench-tiny-s"
 $BENCH
 for arm in dflash lilicorr; do
   extra=""; [ $arm = lilicorr ] && extra=" $HEAD"
