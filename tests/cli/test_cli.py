@@ -161,3 +161,18 @@ def test_generate_bad_draft_is_clear(tiny_target_dir, tmp_path, capsys):
     (tmp_path / "d").mkdir()
     assert main(["generate", "--target", str(tiny_target_dir), "--draft", str(tmp_path / "d"), "--prompt", "x"]) == 2
     assert "config.json: not found" in capsys.readouterr().err
+
+
+def test_export_scheme_b_round_trip(tmp_path, capsys):
+    import torch
+    from safetensors.torch import load_file
+
+    from lilicorr.checkpoint import load_draft, save_draft
+    from lilicorr.models.draft import DraftModel
+    from tests.models.helpers import small_cfg
+
+    save_draft(DraftModel(small_cfg(head_width=48)), tmp_path / "a")
+    assert main(["export", str(tmp_path / "a"), "--out", str(tmp_path / "b"), "--scheme", "B"]) == 0
+    assert "lilicorr.feature_mlp.0.weight" in load_file(tmp_path / "b" / "model.safetensors")
+    a, b = load_draft(tmp_path / "a"), load_draft(tmp_path / "b")
+    assert all(torch.equal(v, b.state_dict()[k]) for k, v in a.state_dict().items())

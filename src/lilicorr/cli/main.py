@@ -236,6 +236,22 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    import torch
+
+    from lilicorr.checkpoint import CheckpointError, load_draft, save_draft
+
+    try:
+        model = load_draft(args.checkpoint, dtype=torch.float32)
+    except CheckpointError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[args.dtype]
+    save_draft(model, args.out, scheme=args.scheme, dtype=dtype)
+    print(f"wrote {args.out} ({model.cfg.architecture}, scheme {args.scheme}, {args.dtype})")
+    return 0
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from lilicorr.cli.inspect_cmd import run_inspect
 
@@ -386,6 +402,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-sweep", action="store_true", help="skip the throughput sweep")
     s.add_argument("--out", default="runs/bench")
     s.set_defaults(func=_cmd_bench)
+
+    s = sub.add_parser("export", help="re-write a draft checkpoint (tensor-name scheme A or B, dtype)")
+    s.add_argument("checkpoint")
+    s.add_argument("--out", required=True)
+    s.add_argument(
+        "--scheme",
+        choices=["A", "B"],
+        default="A",
+        help="A: what vLLM 0.32/0.33 and SGLang 0.5.23 load; B: ModelOpt / TensorRT-LLM naming",
+    )
+    s.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
+    s.set_defaults(func=_cmd_export)
 
     s = sub.add_parser("report", help="generate a results markdown page with plots from a bench results.json")
     s.add_argument("results")
