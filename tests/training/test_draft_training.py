@@ -176,8 +176,14 @@ def test_two_processes_equal_one_at_same_global_batch(tiny_target_dir, regen_dat
     double = _cfg(tiny_target_dir, regen_data, tmp_path / "two", "lilicorr", steps=4, bf16=False)
     mp.spawn(_ddp_worker, args=(2, _free_port(), double), nprocs=2, join=True)
     # fp32 master weights from the resumable checkpoints: equal up to float summation order.
-    a = torch.load(tmp_path / "one-run" / "checkpoint.pt", weights_only=False)["model"]
-    b = torch.load(tmp_path / "two-run" / "checkpoint.pt", weights_only=False)["model"]
+    a = {
+        k.removeprefix("draft."): v
+        for k, v in torch.load(tmp_path / "one-run" / "checkpoint.pt", weights_only=False)["model"].items()
+    }
+    b = {
+        k.removeprefix("draft."): v
+        for k, v in torch.load(tmp_path / "two-run" / "checkpoint.pt", weights_only=False)["model"].items()
+    }
     init = build_model(single, TargetRuntime.load(tiny_target_dir)).state_dict()
     changed = 0
     for k, v in a.items():
@@ -236,3 +242,17 @@ def test_bench_quick_and_draft_card(tiny_target_dir, regen_data, tmp_path):
     pngs = sorted(p.name for p in (tmp_path / "docs").glob("*.png"))
     assert len(pngs) == 3 and all(f"]({p})" in text for p in pngs)
     assert all((tmp_path / "docs" / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
+
+
+@pytest.mark.parametrize("mode", ["dflash2", "dspark", "domino"])
+def test_comparison_arm_training(tiny_target_dir, regen_data, tmp_path, mode):
+    from lilicorr.bench.runner import default_arms
+    from lilicorr.checkpoint import load_draft
+    from lilicorr.models.arms import load_arm
+
+    train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / mode, mode, steps=40, arm_rank=8))
+    losses = _losses(tmp_path / f"{mode}-run")
+    assert sum(losses[-2:]) / 2 < sum(losses[:2]) / 2
+    assert not load_draft(tmp_path / mode).is_lilicorr  # the backbone stays a plain DFlashDraftModel
+    assert load_arm(tmp_path / mode).kind == mode
+    assert [a.name for a in default_arms([str(tmp_path / mode)])][-1] == f"{mode}:{mode}"

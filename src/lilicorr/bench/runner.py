@@ -20,7 +20,7 @@ from tqdm import tqdm
 from lilicorr.checkpoint import load_draft
 from lilicorr.data.atomic import atomic_write_text
 from lilicorr.decoding.engine import SpecConfig, SpecEngine
-from lilicorr.decoding.proposers import OracleLatticeProposer
+from lilicorr.decoding.proposers import ArmProposer, OracleLatticeProposer
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.decoding.stats import SpecStats
@@ -50,13 +50,19 @@ def default_arms(drafts: list[str]) -> list[Arm]:
             arms.append(Arm(f"{label}:oracle", "oracle", d))
         else:
             arms.append(Arm(f"{label}", "dflash", d))
+        if (Path(d) / "arm.json").exists():  # a comparison arm trained on this backbone
+            kind = json.loads((Path(d) / "arm.json").read_text())["kind"]
+            arms.append(Arm(f"{label}:{kind}", kind, d))
     return arms
 
 
 def _engine(target: TargetRuntime, arm: Arm, drafts: dict, references: dict | None) -> SpecEngine:
+    from lilicorr.models.arms import ARM_KINDS, load_arm
+
     draft = drafts.get(arm.draft)
+    own_proposer = arm.method == "oracle" or arm.method in ARM_KINDS
     cfg = SpecConfig(
-        method=None if arm.method == "oracle" else arm.method,
+        method=None if own_proposer else arm.method,
         num_speculative_tokens=arm.num_speculative_tokens,
         draft_sample_method=arm.draft_sample_method,
         rejection_sample_method=arm.rejection_sample_method,
@@ -65,6 +71,8 @@ def _engine(target: TargetRuntime, arm: Arm, drafts: dict, references: dict | No
     if arm.method == "oracle":
         k = draft.cfg.lilicorr.candidate_topk if draft.lilicorr is not None else 8
         proposer = OracleLatticeProposer(draft.lilicorr, k, target.embed_tokens, references or {})
+    elif arm.method in ARM_KINDS:
+        proposer = ArmProposer(load_arm(Path(arm.draft)), target.embed_tokens, arm.draft_sample_method)
     return SpecEngine(target, draft, cfg, proposer=proposer)
 
 

@@ -82,6 +82,7 @@ def _cmd_train_draft(args: argparse.Namespace) -> int:
         block_size=args.block_size,
         target_layer_ids=[int(x) for x in args.target_layer_ids.split(",")] if args.target_layer_ids else None,
         candidate_topk=args.candidate_topk,
+        arm_rank=args.arm_rank,
         head_hidden_size=args.head_hidden_size,
         head_layers=args.head_layers,
         head_heads=args.head_heads,
@@ -317,7 +318,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = train.add_parser("draft", help="train a DFlash drafter, a LiLiCorr drafter, or a head on a backbone")
     s.add_argument("--target", required=True)
     s.add_argument("--data", required=True, help="file made by `lilicorr data regenerate`")
-    s.add_argument("--mode", required=True, choices=["dflash", "lilicorr", "head"])
+    s.add_argument(
+        "--mode",
+        required=True,
+        choices=["dflash", "lilicorr", "head", "dflash2", "dspark", "domino"],
+        help="dflash2 / dspark / domino: comparison arms trained on the same backbone recipe",
+    )
     s.add_argument("--out", required=True)
     s.add_argument("--run-dir", default=None)
     s.add_argument("--init", default=None, help="start from this draft checkpoint (required for --mode head)")
@@ -325,6 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--block-size", type=int, default=8)
     s.add_argument("--target-layer-ids", default=None, help="comma-separated (default: spread over the target)")
     s.add_argument("--candidate-topk", type=int, default=8)
+    s.add_argument("--arm-rank", type=int, default=64, help="low-rank width of the comparison arms")
     s.add_argument("--head-hidden-size", type=int, default=0)
     s.add_argument("--head-layers", type=int, default=2)
     s.add_argument("--head-heads", type=int, default=4)

@@ -234,6 +234,7 @@ class SpecEngine:
             anchor=anchor,
             anchor_valid=torch.ones(len(pending), dtype=torch.bool),
             requests=[s.request for s in self.seqs],
+            anchor_tokens=pending,
         )
         return self.proposer.propose(d, temps, uniforms, self.timer)
 

@@ -26,6 +26,7 @@ class DraftOutput:
     anchor: torch.Tensor  # [batch, Hm] fused target features of the last accepted position
     anchor_valid: torch.Tensor  # [batch] bool
     requests: list | None = None  # the requests of each row (history-based proposers read them)
+    anchor_tokens: torch.Tensor | None = None  # [batch] the pending token each block starts from
 
 
 @dataclass
@@ -147,3 +148,48 @@ class OracleLatticeProposer(LiLiCorrProposer):
             picks = torch.where(hit.any(-1), hit.float().argmax(-1), torch.zeros_like(truth))
             tokens = ids.gather(-1, picks[..., None]).squeeze(-1)
             return Proposal(tokens=tokens, q_ids=tokens[..., None], q_probs=torch.ones(*tokens.shape, 1))
+
+
+class ArmProposer(Proposer):
+    """Comparison arms (DFlash2 selector, DSpark Markov head, Domino GRU): a sequential walk where
+    each slot's distribution depends on the token chosen at the previous slot (the anchor token for
+    slot 0). At T > 0 with probabilistic drafting each slot is sampled and its distribution is q."""
+
+    def __init__(self, arm: torch.nn.Module, embed: torch.nn.Embedding, draft_sample_method: str = "greedy"):
+        super().__init__(draft_sample_method)
+        self.arm, self.embed, self.name = arm, embed, arm.kind
+
+    def propose(self, d: DraftOutput, temperature: torch.Tensor, uniforms: torch.Tensor, timer: StageTimer) -> Proposal:
+        from lilicorr.models.arms import DFlash2Selector, DominoGRU
+
+        b, n, _ = d.logits.shape
+        sampled = (temperature > 0) & (self.draft_sample_method == "probabilistic")
+        t = torch.where(sampled, temperature, torch.ones_like(temperature))[:, None]
+        prev = d.anchor_tokens
+        state = None
+        toks, supports, qs = [], [], []
+        with timer.stage("head"):
+            for s in range(n):
+                if isinstance(self.arm, DFlash2Selector):
+                    unary, cand = torch.topk(d.logits[:, s], self.arm.k, dim=-1)  # [b, K]
+                    row = self.arm.scores(d.hidden[:, s], cand, unary, prev)
+                else:
+                    cand = None
+                    extra = self.embed(prev).to(d.hidden.dtype) if isinstance(self.arm, DominoGRU) else prev
+                    row, state = self.arm.logits(d.hidden[:, s], d.logits[:, s], extra, state)
+                row = row.float()
+                q = torch.softmax(row / t, -1)
+                cdf = q.cumsum(-1)
+                pick_s = (uniforms[:, s : s + 1] * cdf[:, -1:] >= cdf).sum(-1).clamp_max(q.shape[-1] - 1)
+                arg = row.argmax(-1)
+                idx = torch.where(sampled, pick_s, arg)
+                q = torch.where(sampled[:, None], q, F.one_hot(arg, q.shape[-1]).to(q.dtype))
+                tok = cand.gather(-1, idx[:, None]).squeeze(-1) if cand is not None else idx
+                toks.append(tok)
+                supports.append(cand)
+                qs.append(q)
+                prev = tok
+        tokens = torch.stack(toks, 1)
+        if supports[0] is not None:
+            return Proposal(tokens=tokens, q_ids=torch.stack(supports, 1), q_probs=torch.stack(qs, 1))
+        return Proposal(tokens=tokens, q_ids=None, q_probs=torch.stack(qs, 1))

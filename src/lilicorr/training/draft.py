@@ -41,7 +41,7 @@ from lilicorr.training.losses import (
 from lilicorr.training.regenerate import load_regenerated
 from lilicorr.training.run import TrainRun
 
-MODES = ("dflash", "lilicorr", "head")
+MODES = ("dflash", "lilicorr", "head", "dflash2", "dspark", "domino")
 
 
 @dataclass
@@ -62,6 +62,7 @@ class DraftTrainConfig:
     head_heads: int = 4
     head_mlp_ratio: float = 2.0
     factor_dim: int = 64
+    arm_rank: int = 64  # comparison arms (dflash2, dspark, domino): low-rank width
     logit_scale: float = 8.0
     vector_eps: float = 1e-4
     # optimisation
@@ -154,8 +155,8 @@ def build_model(cfg: DraftTrainConfig, target: TargetRuntime) -> DraftModel:
 class DraftStep:
     """One forward over a batch of sequences: losses (as sums) and the pieces metrics need."""
 
-    def __init__(self, cfg: DraftTrainConfig, target: TargetRuntime, model: DraftModel):
-        self.cfg, self.target, self.model = cfg, target, model
+    def __init__(self, cfg: DraftTrainConfig, target: TargetRuntime, model: DraftModel, arm=None):
+        self.cfg, self.target, self.model, self.arm = cfg, target, model, arm
         self.block = model.cfg.block_size
 
     def __call__(
@@ -214,6 +215,19 @@ class DraftStep:
             res["head_sum"], res["head_den"] = head_loss(scores, ids, labels, zt, vflat, cfg.head_weights)
             if want_metrics:
                 walk_ids = ids.gather(-1, walk_greedy(scores)[..., None]).squeeze(-1)
+        if self.arm is not None:
+            from lilicorr.models.arms import teacher_forced_loss
+
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+                res["head_sum"], res["head_den"] = teacher_forced_loss(
+                    self.arm,
+                    ph.flatten(0, 1),
+                    logits,
+                    labels,
+                    torch.gather(tokens, 1, anchors).flatten(),
+                    target.embed_tokens,
+                    vflat,
+                )
         if want_metrics:
             res.update({f"m_{k}": v for k, v in block_metrics(logits, labels, vflat, ids, walk_ids).items()})
         return res
@@ -294,18 +308,25 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
     if cfg.mode == "head":
         for name, p in model.named_parameters():
             p.requires_grad_(name.startswith("lilicorr."))
-    params = [p for p in model.parameters() if p.requires_grad]
+    arm = None
+    if cfg.mode in ("dflash2", "dspark", "domino"):
+        from lilicorr.models.arms import build_arm
+
+        torch.manual_seed(cfg.seed + 2)
+        arm = build_arm(cfg.mode, model.cfg.vocab_size, model.cfg.hidden_size, cfg.arm_rank, cfg.candidate_topk)
+    trainable = torch.nn.ModuleDict({"draft": model, **({"arm": arm} if arm is not None else {})})
+    params = [p for p in trainable.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
     run = TrainRun(
-        run_dir, model, opt, gen, cfg.steps, f"train {cfg.mode}", cfg.checkpoint_minutes, resume, is_main=rank == 0
+        run_dir, trainable, opt, gen, cfg.steps, f"train {cfg.mode}", cfg.checkpoint_minutes, resume, is_main=rank == 0
     )
     run.event(
         {"event": "start", "config": asdict(cfg), "world": world, "params": sum(p.numel() for p in model.parameters())}
     )
-    step_fn = DraftStep(cfg, target, model)
+    step_fn = DraftStep(cfg, target, model, arm)
     per_rank = cfg.batch_size // world
-    model.train()
+    trainable.train()
     while not run.done:
         for g in opt.param_groups:
             g["lr"] = _lr(run.step, cfg)
@@ -340,6 +361,19 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
     }
     if rank == 0:
         save_draft(model, cfg.out, extra_files={"training_summary.json": json.dumps(summary, indent=2) + "\n"})
+        if arm is not None:
+            from lilicorr.models.arms import save_arm
+
+            save_arm(
+                arm,
+                Path(cfg.out),
+                {
+                    "vocab": model.cfg.vocab_size,
+                    "hidden": model.cfg.hidden_size,
+                    "rank": cfg.arm_rank,
+                    "k": cfg.candidate_topk,
+                },
+            )
         run.event({"event": "done", **{k: v for k, v in summary.items() if k != "config"}})
     if world > 1:
         dist.barrier()
