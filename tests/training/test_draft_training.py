@@ -256,3 +256,46 @@ def test_comparison_arm_training(tiny_target_dir, regen_data, tmp_path, mode):
     assert not load_draft(tmp_path / mode).is_lilicorr  # the backbone stays a plain DFlashDraftModel
     assert load_arm(tmp_path / mode).kind == mode
     assert [a.name for a in default_arms([str(tmp_path / mode)])][-1] == f"{mode}:{mode}"
+
+
+def test_bench_quick_cli_end_to_end(tiny_target_dir, regen_data, tmp_path, capsys):
+    """`lilicorr bench --quick` on random-weight drafters (plus an arm) → valid JSON, markdown, PNGs."""
+    import json
+
+    from lilicorr.cli.main import main
+
+    for mode in ("lilicorr", "dflash2"):
+        train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / mode, mode, steps=2, arm_rank=8))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(
+        "".join(json.dumps({"id": f"q{i}", "prompt": f"def g{i}(x):", "category": "code"}) + "\n" for i in range(4))
+    )
+    out = tmp_path / "bench"
+    assert (
+        main(
+            [
+                "bench",
+                "--target",
+                str(tiny_target_dir),
+                "--draft",
+                str(tmp_path / "lilicorr"),
+                "--draft",
+                str(tmp_path / "dflash2"),
+                "--prompts",
+                str(prompts),
+                "--quick",
+                "--threads",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    res = json.loads((out / "results.json").read_text())
+    names = {r["arm"]["name"] for r in res["runs"]}
+    assert {"ar", "lilicorr", "lilicorr:top1", "lilicorr:oracle", "dflash2", "dflash2:dflash2"} <= names
+    assert all(r.get("identical_to_ar", True) for r in res["runs"])
+    assert {r["concurrency"] for r in res["sweep"]} == {1, 2}
+    assert main(["report", str(out / "results.json"), "--out", str(tmp_path / "docs" / "RESULTS.md")]) == 0
+    assert len(list((tmp_path / "docs").glob("*.png"))) == 4
