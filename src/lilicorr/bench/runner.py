@@ -50,6 +50,7 @@ def default_arms(drafts: list[str]) -> list[Arm]:
             arms.append(Arm(f"{label}:oracle", "oracle", d))
         else:
             arms.append(Arm(f"{label}", "dflash", d))
+            arms.append(Arm(f"{label}:ddtree", "ddtree", d))  # training-free tree over the same marginals
         if (Path(d) / "arm.json").exists():  # a comparison arm trained on this backbone
             kind = json.loads((Path(d) / "arm.json").read_text())["kind"]
             arms.append(Arm(f"{label}:{kind}", kind, d))
@@ -73,6 +74,10 @@ def _engine(target: TargetRuntime, arm: Arm, drafts: dict, references: dict | No
         proposer = OracleLatticeProposer(draft.lilicorr, k, target.embed_tokens, references or {})
     elif arm.method in ARM_KINDS:
         proposer = ArmProposer(load_arm(Path(arm.draft)), target.embed_tokens, arm.draft_sample_method)
+    elif arm.method == "ddtree":
+        from lilicorr.decoding.tree import DDTreeEngine
+
+        return DDTreeEngine(target, draft, SpecConfig(method="dflash"), budget=16, topk=4)
     return SpecEngine(target, draft, cfg, proposer=proposer)
 
 
@@ -189,7 +194,11 @@ def run_bench(
         for arm in tqdm([a for a in arms if a.method != "ar"], desc=f"arms T={temp}", mininterval=5):
             if arm.method == "oracle" and temp != 0:
                 continue  # the oracle needs the deterministic greedy reference
-            res = run_arm(target, arm, prompts, temp, max_tokens, drafts, references=ar["outputs"], seed=seed)
+            try:
+                res = run_arm(target, arm, prompts, temp, max_tokens, drafts, references=ar["outputs"], seed=seed)
+            except Exception as e:  # noqa: BLE001 - one broken arm must not lose the others' figures
+                results.setdefault("errors", []).append({"arm": asdict(arm), "temperature": temp, "error": repr(e)})
+                continue
             res["speedup_vs_ar"] = round(res["tokens_per_s"] / ar["tokens_per_s"], 4)
             if temp == 0:
                 res["identical_to_ar"] = res["outputs"] == ar["outputs"]

@@ -211,6 +211,17 @@ class SpecEngine:
         return emitted
 
     def _propose(self, pending: torch.Tensor, start: torch.Tensor, temps: torch.Tensor):
+        d = self._draft(pending, start)
+        n = self.n
+        with self.timer.stage("other"):
+            if self.config.draft_sample_method == "probabilistic" and bool((temps > 0).any()):
+                uniforms = torch.stack([torch.rand(n, generator=s.request.generator) for s in self.seqs])
+            else:
+                uniforms = torch.zeros(len(pending), n)
+        return self.proposer.propose(d, temps, uniforms, self.timer)
+
+    def _draft(self, pending: torch.Tensor, start: torch.Tensor) -> DraftOutput:
+        """One drafter pass over ``[pending, MASK × n]`` per row: hidden states and logits of the mask slots."""
         assert self.draft is not None and self.dcache is not None
         n = self.n
         with self.timer.stage("draft_backbone"):
@@ -223,12 +234,7 @@ class SpecEngine:
             head = self.draft.lm_head if self.draft.lm_head is not None else self.target.lm_head
             logits = head(hidden.to(head.weight.dtype)).float()  # [batch, n, V]
             anchor = torch.stack([s.anchor for s in self.seqs])
-        with self.timer.stage("other"):
-            if self.config.draft_sample_method == "probabilistic" and bool((temps > 0).any()):
-                uniforms = torch.stack([torch.rand(n, generator=s.request.generator) for s in self.seqs])
-            else:
-                uniforms = torch.zeros(len(pending), n)
-        d = DraftOutput(
+        return DraftOutput(
             hidden=hidden,
             logits=logits,
             anchor=anchor,
@@ -236,7 +242,6 @@ class SpecEngine:
             requests=[s.request for s in self.seqs],
             anchor_tokens=pending,
         )
-        return self.proposer.propose(d, temps, uniforms, self.timer)
 
     def _verify(self, row: int, logits: torch.Tensor, proposal) -> tuple[int, list[int]]:
         """Verify one request's block; ``logits`` ``[n + 1, V]``."""

@@ -137,6 +137,53 @@ class TargetRuntime:
         )
 
     @torch.no_grad()
+    def forward_tree(
+        self,
+        state: CacheState,
+        tokens: torch.Tensor,
+        depth: torch.Tensor,
+        ancestors: torch.Tensor,
+        want_taps: bool = True,
+    ) -> TargetOutput:
+        """Append a token tree per row and score every node in one pass (tree verification).
+
+        tokens / depth ``[batch, N]`` (node 0 is the root, at the row's next position);
+        ancestors ``[batch, N, N]`` bool, ``[i, j]`` = node j is node i or one of its ancestors.
+        Each node sees the row's live cache and its own ancestors only. All N columns are appended
+        as live; ``keep_new`` then keeps the accepted path and turns the rest into holes.
+        """
+        b, n = tokens.shape
+        past = state.valid[:, None, :].expand(b, n, state.valid.shape[1])
+        mask = torch.cat([past, ancestors], dim=2)[:, None]  # [batch, 1, N, past + N]
+        out = self.model(
+            input_ids=tokens,
+            attention_mask=mask,
+            position_ids=state.lengths[:, None] + depth,
+            past_key_values=state.cache,
+            use_cache=True,
+            output_hidden_states=bool(self.layer_ids) and want_taps,
+        )
+        state.valid = torch.cat([state.valid, torch.ones(b, n, dtype=torch.bool)], dim=1)
+        state.lengths = state.lengths + n
+        taps = None
+        if self.layer_ids and want_taps:
+            taps = torch.cat([out.hidden_states[i + 1] for i in self.layer_ids], dim=-1)
+        return TargetOutput(logits=out.logits.float(), taps=taps)
+
+    def keep_new(self, state: CacheState, keep: torch.Tensor) -> None:
+        """Of the last ``keep.shape[1]`` columns keep only those marked (an accepted tree path)."""
+        n = keep.shape[1]
+        state.lengths = state.lengths - n + keep.sum(1)
+        state.valid = torch.cat([state.valid[:, :-n], keep], dim=1)
+        any_live = state.valid.any(0)
+        last = int(any_live.nonzero().max()) + 1 if any_live.any() else 0
+        if last < state.valid.shape[1]:
+            state.cache.crop(last - state.valid.shape[1])
+            state.valid = state.valid[:, :last]
+        if state.valid.shape[1] > 64 and state.valid.shape[1] > 2 * int(state.lengths.max()):
+            self.compact(state)
+
+    @torch.no_grad()
     def forward(
         self,
         state: CacheState,

@@ -1,0 +1,76 @@
+"""DDTree: tree construction, one-pass tree scoring, and exact losslessness."""
+
+import pytest
+import torch
+
+from lilicorr.decoding.engine import SpecConfig
+from lilicorr.decoding.sampling import SamplingParams
+from lilicorr.decoding.tree import DDTreeEngine, build_tree
+from tests.decoding.engine_helpers import random_draft
+from tests.decoding.test_engine_greedy import _greedy_no_cache, _prompts, _requests
+from tests.decoding.test_engine_sampling import ALPHA, exact_distribution, p_value, sample_counts
+
+
+def test_build_tree_is_best_first_and_prefix_closed():
+    logits = torch.log(torch.tensor([[[0.6, 0.3, 0.1], [0.9, 0.05, 0.05]]]))  # [1, n=2, V=3]
+    tree = build_tree(logits, torch.tensor([7]), budget=4, topk=2)
+    # Scores: a=0.6, b=0.3, a→a 0.54, a→b 0.03, b→a 0.27: best three after the root: a, a→a, b.
+    assert tree.tokens[0].tolist() == [7, 0, 0, 1]
+    assert tree.parents[0].tolist() == [-1, 0, 1, 0]
+    assert tree.depth[0].tolist() == [0, 1, 2, 1]
+    anc = tree.ancestors()[0]
+    assert anc[2].tolist() == [True, True, True, False] and anc[3].tolist() == [True, False, False, True]
+
+
+def test_tree_forward_scores_each_node_on_its_own_path(tiny_target):
+    prompt = _prompts(1)[0]
+    logits = torch.randn(1, 3, tiny_target.vocab_size)
+    tree = build_tree(logits, torch.tensor([11]), budget=6, topk=2)
+    state = tiny_target.new_state(1)
+    tiny_target.forward(state, torch.tensor([prompt]))
+    out = tiny_target.forward_tree(state, tree.tokens, tree.depth, tree.ancestors())
+    for i in range(6):
+        path, j = [], i
+        while j >= 0:
+            path.append(int(tree.tokens[0, j]))
+            j = int(tree.parents[0, j])
+        ref = tiny_target.model(input_ids=torch.tensor([prompt + path[::-1]])).logits[0, -1]
+        torch.testing.assert_close(out.logits[0, i], ref, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("budget", [2, 8])
+def test_ddtree_greedy_identity(tiny_target, batch, budget):
+    prompts = _prompts(16)
+    ref = [_greedy_no_cache(tiny_target.model, p, 20) for p in prompts]
+    engine = DDTreeEngine(
+        tiny_target,
+        random_draft(tiny_target, lilicorr=False),
+        SpecConfig(num_speculative_tokens=3),
+        budget=budget,
+        topk=3,
+    )
+    reqs = _requests(prompts)
+    for i in range(0, len(reqs), batch):
+        engine.generate(reqs[i : i + batch])
+    assert [r.output_ids for r in reqs] == ref
+    assert engine.stats.num_draft_tokens == engine.stats.num_drafts * (budget - 1)
+
+
+def test_ddtree_sampling_matches_target(small_vocab_target):
+    draft = random_draft(small_vocab_target, lilicorr=False, block=4, k=4)
+    original = DDTreeEngine.__init__
+
+    def make(target, draft_model, cfg):
+        return DDTreeEngine(target, draft_model, cfg, budget=6, topk=3)
+
+    from tests.decoding import test_engine_sampling as ts
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ts, "SpecEngine", make)
+        counts, engine = sample_counts(
+            small_vocab_target, draft, SpecConfig(num_speculative_tokens=2), {"temperature": 1.0}
+        )
+    assert original is DDTreeEngine.__init__
+    assert p_value(counts, exact_distribution(small_vocab_target, SamplingParams(temperature=1.0))) > ALPHA
+    assert engine.stats.num_accepted_tokens > 0
