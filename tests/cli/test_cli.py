@@ -176,3 +176,52 @@ def test_export_scheme_b_round_trip(tmp_path, capsys):
     assert "lilicorr.feature_mlp.0.weight" in load_file(tmp_path / "b" / "model.safetensors")
     a, b = load_draft(tmp_path / "a"), load_draft(tmp_path / "b")
     assert all(torch.equal(v, b.state_dict()[k]) for k, v in a.state_dict().items())
+
+
+def test_generate_ddtree_method(tiny_target_dir, tmp_path, capsys):
+    import torch
+
+    from lilicorr.checkpoint import save_draft
+    from lilicorr.target.runtime import TargetRuntime
+    from tests.decoding.engine_helpers import random_draft
+
+    save_draft(random_draft(TargetRuntime.load(tiny_target_dir), lilicorr=False), tmp_path / "d", dtype=torch.float32)
+    rc = main(
+        [
+            "generate",
+            "--target",
+            str(tiny_target_dir),
+            "--draft",
+            str(tmp_path / "d"),
+            "--prompt",
+            "import os",
+            "--max-new-tokens",
+            "10",
+            "--method",
+            "ddtree",
+            "--tree-budget",
+            "6",
+            "--compare-ar",
+            "--json",
+        ]
+    )
+    assert rc == 0
+    rec = json.loads(capsys.readouterr().out.strip().splitlines()[0])
+    assert rec["method"] == "ddtree" and rec["ar_identical"] and rec["num_draft_tokens"] == 5 * rec["num_drafts"]
+    assert (
+        main(
+            [
+                "generate",
+                "--target",
+                str(tiny_target_dir),
+                "--draft",
+                str(tmp_path / "d"),
+                "--prompt",
+                "x",
+                "--method",
+                "dspark",
+            ]
+        )
+        == 2
+    )
+    assert "has no dspark arm" in capsys.readouterr().err

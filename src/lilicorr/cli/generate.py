@@ -21,10 +21,13 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", help="DFlashDraftModel / LiLiCorrDraftModel checkpoint folder")
     p.add_argument(
         "--method",
-        choices=["ar", "dflash", "lilicorr"],
+        choices=["ar", "dflash", "lilicorr", "ddtree", "dflash2", "dspark", "domino"],
         default=None,
-        help="proposal method (default: from the checkpoint's architecture; ar without --draft)",
+        help="proposal method (default: from the checkpoint's architecture; ar without --draft). ddtree: "
+        "training-free tree over the DFlash marginals; dflash2/dspark/domino: the comparison arm saved beside "
+        "the checkpoint (arm.json)",
     )
+    p.add_argument("--tree-budget", type=int, default=16, help="ddtree: nodes per tree, root included")
     p.add_argument("--num-speculative-tokens", type=int, default=None, help="1..block_size-1 (default B-1)")
     p.add_argument("--draft-sample-method", choices=["greedy", "probabilistic"], default="greedy")
     p.add_argument("--rejection-sample-method", choices=["standard", "block"], default="standard")
@@ -59,6 +62,30 @@ def read_prompts(path: Path) -> list[dict]:
     return records
 
 
+def _build_engine(args: argparse.Namespace, target, draft, spec):
+    """The engine for ``--method``: tree engine for ddtree, a comparison-arm proposer, or the default."""
+    from lilicorr.decoding.engine import SpecConfig, SpecEngine
+    from lilicorr.decoding.proposers import ArmProposer
+    from lilicorr.models.arms import ARM_KINDS, load_arm
+
+    if args.method == "ddtree":
+        from lilicorr.decoding.tree import DDTreeEngine
+
+        return DDTreeEngine(
+            target,
+            draft,
+            SpecConfig(method="dflash", num_speculative_tokens=spec.num_speculative_tokens),
+            budget=args.tree_budget,
+        )
+    if args.method in ARM_KINDS:
+        arm = load_arm(Path(args.draft))
+        if arm is None or arm.kind != args.method:
+            raise ValueError(f"--method {args.method}: {args.draft} has no {args.method} arm (arm.json)")
+        spec.method = None
+        return SpecEngine(target, draft, spec, proposer=ArmProposer(arm, target.embed_tokens, spec.draft_sample_method))
+    return SpecEngine(target, draft, spec)
+
+
 def run_generate(args: argparse.Namespace) -> int:
     import torch
 
@@ -79,7 +106,7 @@ def run_generate(args: argparse.Namespace) -> int:
             draft_sample_method=args.draft_sample_method,
             rejection_sample_method=args.rejection_sample_method,
         )
-        engine = SpecEngine(target, draft, spec)
+        engine = _build_engine(args, target, draft, spec)
         ar_engine = SpecEngine(target) if args.compare_ar else None
     except (TargetError, CheckpointError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
