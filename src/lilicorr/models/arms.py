@@ -93,7 +93,10 @@ def build_arm(kind: str, vocab: int, hidden: int, rank: int, k: int) -> nn.Modul
 def save_arm(arm: nn.Module, folder: Path, meta: dict) -> None:
     folder = Path(folder)
     (folder / "arm.json").write_text(json.dumps({"kind": arm.kind, **meta}, indent=2) + "\n")
-    save_file({k: v.detach().contiguous() for k, v in arm.state_dict().items()}, str(folder / "arm.safetensors"))
+    save_file(
+        {k: v.detach().to(torch.bfloat16).contiguous() for k, v in arm.state_dict().items()},
+        str(folder / "arm.safetensors"),
+    )
 
 
 def load_arm(folder: Path, dtype: torch.dtype = torch.float32) -> nn.Module | None:
@@ -102,7 +105,7 @@ def load_arm(folder: Path, dtype: torch.dtype = torch.float32) -> nn.Module | No
         return None
     meta = json.loads((folder / "arm.json").read_text())
     arm = build_arm(meta["kind"], meta["vocab"], meta["hidden"], meta["rank"], meta.get("k", 8))
-    arm.load_state_dict(load_file(str(folder / "arm.safetensors")), strict=True)
+    arm.load_state_dict({k: v.to(dtype) for k, v in load_file(str(folder / "arm.safetensors")).items()}, strict=True)
     return arm.to(dtype).eval()
 
 
