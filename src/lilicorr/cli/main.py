@@ -192,6 +192,15 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         prompts = test_prompts(
             corpus, AutoTokenizer.from_pretrained(args.target), args.num_prompts, prompt_tokens=args.prompt_tokens
         )
+    arms = None
+    if args.only:
+        from lilicorr.bench.runner import default_arms
+
+        arms = [a for a in default_arms(args.draft or []) if a.name in set(args.only) or a.method == "ar"]
+        unknown = set(args.only) - {a.name for a in default_arms(args.draft or [])}
+        if unknown:
+            print(f"error: --only: no arm named {sorted(unknown)}", file=sys.stderr)
+            return 2
     results = run_bench(
         args.target,
         args.draft or [],
@@ -200,6 +209,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         args.max_new_tokens,
         out=Path(args.out),
         seed=args.seed,
+        arms=arms,
         sweep=None
         if args.no_sweep
         else {
@@ -407,6 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--sweep-max-tokens", type=int, default=32)
     s.add_argument("--no-sweep", action="store_true", help="skip the throughput sweep")
+    s.add_argument("--only", nargs="+", default=None, help="keep only these arm names (ar always runs)")
     s.add_argument("--out", default="runs/bench")
     s.set_defaults(func=_cmd_bench)
 
