@@ -11,7 +11,7 @@ from lilicorr.data.atomic import atomic_write_text
 def _bench_rows(bench: dict, name: str) -> list[str]:
     rows = []
     for r in bench["runs"]:
-        if r["arm"]["name"] in (name, f"{name}:oracle", f"{name}:top1"):
+        if r["arm"]["name"] == name or r["arm"]["name"].startswith(f"{name}:"):
             label = r["arm"]["name"].split(":")[-1] if ":" in r["arm"]["name"] else r["arm"]["method"]
             rows.append(
                 f"| {r['temperature']:g} | {label} | {r['pooled']['tau']:.3f} | "
