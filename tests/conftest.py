@@ -23,33 +23,61 @@ def source_texts() -> list[str]:
     return [p.read_text() for p in sorted(SRC.rglob("*.py"))]
 
 
-def make_tiny_target(out: Path, num_layers: int = 3, seed: int = 0, vocab_size: int = 4096) -> Path:
+def random_qwen3(
+    vocab: int,
+    hidden: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    max_pos: int,
+    seed: int,
+    embed_scale: float,
+    eos_pad: int | None = 0,
+):
+    """A random ``Qwen3ForCausalLM`` (head dim 16, MLP 2× hidden, tied embeddings; eos = pad = ``eos_pad``,
+    whose embedding row HF zeroes as the padding index — None keeps every row random).
+
+    Random init gives near-uniform logits; ``embed_scale`` sharpens them so argmax is decisive and
+    continuations vary — a realistic-looking distribution for cache, batching and sampling tests.
+    """
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
+    cfg = Qwen3Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=16,
+        max_position_embeddings=max_pos,
+        tie_word_embeddings=True,
+        eos_token_id=eos_pad,
+        bos_token_id=eos_pad,
+        pad_token_id=eos_pad,
+    )
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(cfg)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(embed_scale)
+    return model
+
+
+def make_tiny_target(out: Path, num_layers: int = 3, seed: int = 0, vocab_size: int = 4096) -> Path:
     from lilicorr.data.tokenizer import save_tokenizer, train_tokenizer
 
     tok = train_tokenizer(source_texts(), vocab_size=vocab_size)
     save_tokenizer(tok, out, model_max_length=2048)
-    cfg = Qwen3Config(
-        vocab_size=tok.get_vocab_size(),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        eos_token_id=0,
-        bos_token_id=0,
-        pad_token_id=0,
+    model = random_qwen3(
+        tok.get_vocab_size(),
+        hidden=64,
+        layers=num_layers,
+        heads=4,
+        kv_heads=2,
+        max_pos=2048,
+        seed=seed,
+        embed_scale=20.0,
     )
-    torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(cfg)
-    # Random init gives near-uniform logits; scale the embeddings so argmax is decisive and
-    # sequences vary (a real-looking distribution for cache and batching tests).
-    with torch.no_grad():
-        model.model.embed_tokens.weight.mul_(20.0)
     model.save_pretrained(out)
     return out
 

@@ -126,11 +126,9 @@ def test_inspect_valid_and_broken(tmp_path, tiny_target_dir, capsys):
 
 
 def test_generate_speculative_compare_ar_json(tiny_target_dir, tmp_path, capsys):
-    from lilicorr.checkpoint import save_draft
-    from lilicorr.target.runtime import TargetRuntime
-    from tests.decoding.engine_helpers import random_draft
+    from tests.decoding.engine_helpers import save_random_draft
 
-    save_draft(random_draft(TargetRuntime.load(tiny_target_dir)), tmp_path / "d", dtype=__import__("torch").float32)
+    save_random_draft(tiny_target_dir, tmp_path / "d")
     rc = main(
         [
             "generate",
@@ -179,13 +177,10 @@ def test_export_scheme_b_round_trip(tmp_path, capsys):
 
 
 def test_generate_ddtree_method(tiny_target_dir, tmp_path, capsys):
-    import torch
 
-    from lilicorr.checkpoint import save_draft
-    from lilicorr.target.runtime import TargetRuntime
-    from tests.decoding.engine_helpers import random_draft
+    from tests.decoding.engine_helpers import save_random_draft
 
-    save_draft(random_draft(TargetRuntime.load(tiny_target_dir), lilicorr=False), tmp_path / "d", dtype=torch.float32)
+    save_random_draft(tiny_target_dir, tmp_path / "d", lilicorr=False)
     rc = main(
         [
             "generate",

@@ -1,7 +1,6 @@
 """Decoding-test fixtures: a tiny-vocabulary target whose exact output distribution is enumerable."""
 
 import pytest
-import torch
 
 from lilicorr.target.runtime import TargetRuntime
 
@@ -17,21 +16,8 @@ class _Tok:
 
 @pytest.fixture(scope="module")
 def small_vocab_target():
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from tests.conftest import random_qwen3
 
-    cfg = Qwen3Config(
-        vocab_size=V,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(7)
-    model = Qwen3ForCausalLM(cfg)
-    with torch.no_grad():
-        model.model.embed_tokens.weight.mul_(3.0)  # context-dependent, yet random drafts get accepted
+    # embed_scale 3: context-dependent distributions, yet random drafts still get accepted.
+    model = random_qwen3(V, hidden=32, layers=2, heads=2, kv_heads=1, max_pos=64, seed=7, embed_scale=3.0, eos_pad=None)
     return TargetRuntime(model, _Tok())

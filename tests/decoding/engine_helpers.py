@@ -57,3 +57,12 @@ class ReferenceProposer(DFlashProposer):
             rows.append(toks)
         tokens = torch.tensor(rows)
         return Proposal(tokens=tokens, q_ids=tokens[..., None], q_probs=torch.ones(*tokens.shape, 1))
+
+
+def save_random_draft(target_dir, out, lilicorr: bool = True):
+    """Write a random-weight draft checkpoint (fp32) for the target folder; returns ``out``."""
+    from lilicorr.checkpoint import save_draft
+    from lilicorr.target.runtime import TargetRuntime
+
+    save_draft(random_draft(TargetRuntime.load(target_dir), lilicorr=lilicorr), out, dtype=torch.float32)
+    return out

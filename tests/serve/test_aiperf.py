@@ -12,11 +12,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-import torch
 
-from lilicorr.checkpoint import save_draft
-from lilicorr.target.runtime import TargetRuntime
-from tests.decoding.engine_helpers import random_draft
+from tests.decoding.engine_helpers import save_random_draft
 from tests.serve.test_server import _free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +29,7 @@ def _aiperf_env() -> dict:
 def test_aiperf_profile_32_requests(tiny_target_dir, tmp_path):
     if not AIPERF.exists():
         pytest.fail(f"{AIPERF} not found: `make test` installs aiperf into .venv-aiperf (make aiperf)")
-    save_draft(random_draft(TargetRuntime.load(tiny_target_dir)), tmp_path / "draft", dtype=torch.float32)
+    save_random_draft(tiny_target_dir, tmp_path / "draft")
     port = _free_port()
     spec = json.dumps({"method": "dflash", "model": str(tmp_path / "draft"), "num_speculative_tokens": 3})
     server = subprocess.Popen(

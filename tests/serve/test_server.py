@@ -10,14 +10,12 @@ import time
 
 import httpx
 import pytest
-import torch
 
-from lilicorr.checkpoint import save_draft
 from lilicorr.decoding.engine import SpecEngine
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.target.runtime import TargetRuntime
-from tests.decoding.engine_helpers import random_draft
+from tests.decoding.engine_helpers import save_random_draft
 
 MODEL = "tiny"
 
@@ -35,7 +33,7 @@ def server(tiny_target_dir, tmp_path_factory):
     from lilicorr.serve.server import build
 
     draft_dir = tmp_path_factory.mktemp("srv") / "draft"
-    save_draft(random_draft(TargetRuntime.load(tiny_target_dir)), draft_dir, dtype=torch.float32)
+    save_random_draft(tiny_target_dir, draft_dir)
     app, loop = build(
         str(tiny_target_dir),
         {"method": "dflash", "model": str(draft_dir), "num_speculative_tokens": 3},
