@@ -23,6 +23,9 @@ def source_texts() -> list[str]:
     return [p.read_text() for p in sorted(SRC.rglob("*.py"))]
 
 
+SHIPPED_TARGET = Path(__file__).resolve().parents[1] / "models" / "tiny-s"  # committed default target
+
+
 def random_qwen3(
     vocab: int,
     hidden: int,

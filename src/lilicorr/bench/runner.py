@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -55,6 +55,18 @@ def default_arms(drafts: list[str]) -> list[Arm]:
             kind = json.loads((Path(d) / "arm.json").read_text())["kind"]
             arms.append(Arm(f"{label}:{kind}", kind, d))
     return arms
+
+
+def with_draft_lengths(arms: list[Arm], lengths: list[int]) -> list[Arm]:
+    """Each speculative arm once per draft length (``name@nN``); DDTree keeps its node budget instead."""
+    out = []
+    for a in arms:
+        if a.method in ("ar", "ddtree"):
+            out.append(a)
+            continue
+        for n in lengths:
+            out.append(replace(a, name=f"{a.name}@n{n}", num_speculative_tokens=n))
+    return out
 
 
 def _engine(target: TargetRuntime, arm: Arm, drafts: dict, references: dict | None) -> SpecEngine:
@@ -172,13 +184,21 @@ def run_bench(
     sweep: dict | None = None,
 ) -> dict:
     """Every arm × temperature on the prompts (batch 1); optionally the throughput sweep
-    (``sweep = {"concurrencies": [...], "input_lens": [...], "max_tokens": n}``)."""
+    (``sweep = {"concurrencies": [...], "input_lens": [...], "max_tokens": n}``).
+
+    With ``out``, every finished arm × temperature (and sweep cell) is kept under ``out/parts`` and a
+    rerun with the same inputs resumes from there (``results["resumed"]`` lists what was reused;
+    speedups of reused pieces are still ratios to the AR run of the same piece set).
+    """
+    from lilicorr.bench.cache import PartCache, fingerprint
     from lilicorr.bench.sweep import entropy_tiers, throughput_sweep
 
     target = TargetRuntime.load(target_dir)
     arms = arms or default_arms(draft_dirs)
     drafts = {d: load_draft(d, target.model.config) for d in {a.draft for a in arms if a.draft}}
-    tiers = entropy_tiers(target, prompts)
+    cache = PartCache(out, fingerprint(target_dir, [a.draft for a in arms if a.draft], prompts, max_tokens, seed))
+    tiers = cache.get("tiers") or entropy_tiers(target, prompts)
+    cache.put("tiers", tiers)
     prompts = [{**p, "tier": tiers[p["id"]]} for p in prompts]
     results: dict = {
         "target": target_dir,
@@ -189,24 +209,41 @@ def run_bench(
         "runs": [],
     }
     for temp in temperatures:
-        ar = run_arm(target, Arm("ar", "ar"), prompts, temp, max_tokens, drafts, seed=seed)
+        ar = cache.get(f"run/ar/T={temp}") or run_arm(
+            target, Arm("ar", "ar"), prompts, temp, max_tokens, drafts, seed=seed
+        )
+        cache.put(f"run/ar/T={temp}", ar)
         results["runs"].append(ar)
         for arm in tqdm([a for a in arms if a.method != "ar"], desc=f"arms T={temp}", mininterval=5):
             if arm.method == "oracle" and temp != 0:
                 continue  # the oracle needs the deterministic greedy reference
-            try:
-                res = run_arm(target, arm, prompts, temp, max_tokens, drafts, references=ar["outputs"], seed=seed)
-            except Exception as e:  # noqa: BLE001 - one broken arm must not lose the others' figures
-                results.setdefault("errors", []).append({"arm": asdict(arm), "temperature": temp, "error": repr(e)})
-                continue
-            res["speedup_vs_ar"] = round(res["tokens_per_s"] / ar["tokens_per_s"], 4)
-            if temp == 0:
-                res["identical_to_ar"] = res["outputs"] == ar["outputs"]
+            key = f"run/{json.dumps(asdict(arm), sort_keys=True)}/T={temp}"
+            res = cache.get(key)
+            if res is None:
+                try:
+                    res = run_arm(target, arm, prompts, temp, max_tokens, drafts, references=ar["outputs"], seed=seed)
+                except Exception as e:  # noqa: BLE001 - one broken arm must not lose the others' figures
+                    results.setdefault("errors", []).append({"arm": asdict(arm), "temperature": temp, "error": repr(e)})
+                    continue
+                res["speedup_vs_ar"] = round(res["tokens_per_s"] / ar["tokens_per_s"], 4)
+                if temp == 0:
+                    res["identical_to_ar"] = res["outputs"] == ar["outputs"]
+                cache.put(key, res)
             results["runs"].append(res)
     if sweep:
         results["sweep"] = throughput_sweep(
-            target, arms, drafts, prompts, sweep["concurrencies"], sweep["max_tokens"], sweep["input_lens"], tiers
+            target,
+            arms,
+            drafts,
+            prompts,
+            sweep["concurrencies"],
+            sweep["max_tokens"],
+            sweep["input_lens"],
+            tiers,
+            cache=cache,
         )
+    if cache.reused:
+        results["resumed"] = cache.reused
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / "results.json", json.dumps(results, indent=1) + "\n")

@@ -11,10 +11,12 @@ from __future__ import annotations
 import time
 
 import torch
+from tqdm import tqdm
 
 from lilicorr.bench.runner import Arm, _engine
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
+from lilicorr.decoding.stats import SpecStats
 from lilicorr.target.runtime import TargetRuntime, pad_right
 
 TIERS = ("low", "mixed", "high")
@@ -48,10 +50,17 @@ def throughput_sweep(
     max_tokens: int,
     input_lens: list[int],
     tiers: dict[str, str],
+    cache=None,
 ) -> list[dict]:
-    """tokens/s of each arm at each concurrency (one batch of that many requests), per input length and tier."""
+    """tokens/s of each arm at each concurrency (one batch of that many requests), per input length and tier.
+
+    ``cache`` (a ``PartCache``) keeps each finished arm × tier × input-length cell for a resumed run.
+    """
     tok = target.tokenizer
     rows = []
+    bar = tqdm(
+        total=len(TIERS) * len(input_lens) * sum(a.method != "oracle" for a in arms), desc="sweep", mininterval=5
+    )
     for tier in TIERS:
         pool = [p for p in prompts if tiers.get(p["id"]) == tier]
         if not pool:
@@ -62,8 +71,16 @@ def throughput_sweep(
             for arm in arms:
                 if arm.method == "oracle":
                     continue
+                bar.update()
+                key = f"sweep/{arm.name}/{arm.num_speculative_tokens}/{tier}/{in_len}/{concurrencies}/{max_tokens}"
+                done = cache.get(key) if cache is not None else None
+                if done is not None:
+                    rows.extend(done)
+                    continue
+                cell = []
                 engine = _engine(target, arm, drafts, None)
                 for c in concurrencies:
+                    engine.stats = SpecStats()  # τ of this concurrency alone
                     reqs = [
                         Request(list(base[i % len(base)]), SamplingParams(max_tokens=max_tokens, ignore_eos=True))
                         for i in range(c)
@@ -72,7 +89,7 @@ def throughput_sweep(
                     engine.generate(reqs)
                     dt = time.perf_counter() - t0
                     n = sum(len(r.output_ids) for r in reqs)
-                    rows.append(
+                    cell.append(
                         {
                             "arm": arm.name,
                             "tier": tier,
@@ -82,4 +99,8 @@ def throughput_sweep(
                             "tau": round(engine.stats.tau, 4),
                         }
                     )
+                if cache is not None:
+                    cache.put(key, cell)
+                rows.extend(cell)
+    bar.close()
     return rows

@@ -176,7 +176,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     if args.quick:
-        args.num_prompts, args.max_new_tokens, args.temperatures = 4, 32, [0.0]
+        args.num_prompts, args.max_new_tokens, args.temperatures, args.long_prompts = 4, 32, [0.0], 0
         args.sweep_concurrency, args.sweep_input_lens, args.sweep_max_tokens = [1, 2], [32], 16
     if args.prompts:
         from lilicorr.cli.generate import read_prompts
@@ -189,18 +189,23 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from lilicorr.data.prompts import test_prompts
 
         corpus = ensure_corpus(Path(args.corpus))
-        prompts = test_prompts(
-            corpus, AutoTokenizer.from_pretrained(args.target), args.num_prompts, prompt_tokens=args.prompt_tokens
-        )
-    arms = None
-    if args.only:
-        from lilicorr.bench.runner import default_arms
+        tok = AutoTokenizer.from_pretrained(args.target)
+        prompts = test_prompts(corpus, tok, args.num_prompts, prompt_tokens=args.prompt_tokens)
+        if args.long_prompts:
+            from lilicorr.data.prompts import long_prompts
 
-        arms = [a for a in default_arms(args.draft or []) if a.name in set(args.only) or a.method == "ar"]
-        unknown = set(args.only) - {a.name for a in default_arms(args.draft or [])}
+            prompts += long_prompts(corpus, tok, args.long_prompts, prompt_tokens=args.long_tokens)
+    from lilicorr.bench.runner import default_arms, with_draft_lengths
+
+    arms = default_arms(args.draft or [])
+    if args.only:
+        unknown = set(args.only) - {a.name for a in arms}
         if unknown:
             print(f"error: --only: no arm named {sorted(unknown)}", file=sys.stderr)
             return 2
+        arms = [a for a in arms if a.name in set(args.only) or a.method == "ar"]
+    if args.num_speculative_tokens:
+        arms = with_draft_lengths(arms, args.num_speculative_tokens)
     results = run_bench(
         args.target,
         args.draft or [],
@@ -418,7 +423,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sweep-max-tokens", type=int, default=32)
     s.add_argument("--no-sweep", action="store_true", help="skip the throughput sweep")
     s.add_argument("--only", nargs="+", default=None, help="keep only these arm names (ar always runs)")
-    s.add_argument("--out", default="runs/bench")
+    s.add_argument(
+        "--num-speculative-tokens",
+        type=int,
+        nargs="+",
+        default=None,
+        help="draft lengths to compare (each arm once per value, named ARM@nN); default: each drafter's full block",
+    )
+    s.add_argument(
+        "--long-prompts",
+        type=int,
+        default=4,
+        help="add this many long-context prompts (category 'long', from the longest test documents)",
+    )
+    s.add_argument(
+        "--long-tokens", type=int, default=2560, help="length of the long prompts (2560 = 10x the 256-token training)"
+    )
+    s.add_argument("--out", default="runs/bench", help="output folder; a rerun with the same inputs resumes in it")
     s.set_defaults(func=_cmd_bench)
 
     s = sub.add_parser("export", help="re-write a draft checkpoint (tensor-name scheme A or B, dtype)")

@@ -46,3 +46,38 @@ def test_prompts(
                 break
         rounds += 1
     return out
+
+
+def long_prompts(corpus: Path, tokenizer, n: int, prompt_tokens: int = 2560, split: str = "test") -> list[dict]:
+    """``n`` long-context prompts (category ``long``): the longest test documents, cut to ``prompt_tokens``.
+
+    Drafters are trained on short sequences (256 tokens here); these check that acceptance holds
+    when the context is ≥ 10× longer than anything the drafter saw. Documents alternate between
+    categories (longest first) so code and prose are both represented.
+    """
+    docs = read_split(corpus, split, None)
+    encoded = [(d, tokenizer.encode(d.text, add_special_tokens=False)) for d in docs]
+    long = sorted(((d, ids) for d, ids in encoded if len(ids) >= prompt_tokens), key=lambda x: (-len(x[1]), x[0].id))
+    by_cat: dict[str, list] = {}
+    for d, ids in long:
+        by_cat.setdefault(d.category, []).append((d, ids))
+    order = [x for group in zip(*by_cat.values(), strict=False) for x in group] if by_cat else []
+    rest = [x for x in long if x not in order]
+    out = []
+    for d, ids in (order + rest)[:n]:
+        cut = prompt_tokens
+        text = tokenizer.decode(ids[:cut])
+        while len(tokenizer.encode(text, add_special_tokens=False)) < prompt_tokens and cut < len(ids):
+            cut += 1  # a cut inside a merge re-encodes shorter: extend until the prompt really has the length
+            text = tokenizer.decode(ids[:cut])
+        out.append(
+            {
+                "id": f"{split}-long-{len(out)}",
+                "prompt": text,
+                "category": "long",
+                "source": d.id,
+            }
+        )
+    if len(out) < n:
+        raise ValueError(f"only {len(out)} {split} documents have ≥ {prompt_tokens} tokens; asked for {n}")
+    return out

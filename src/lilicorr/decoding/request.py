@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from lilicorr.decoding.detokenize import IncrementalDetokenizer
 from lilicorr.decoding.sampling import SamplingParams, make_generator
 from lilicorr.decoding.stats import SpecStats
 
@@ -31,6 +32,8 @@ class Request:
     t_first_token: float | None = None
     t_end: float | None = None
     stats: SpecStats = field(default_factory=SpecStats)  # speculative counters of this request
+    detok: IncrementalDetokenizer | None = field(default=None, repr=False)  # output text, built lazily
+    detok_consumed: int = 0  # output ids already pushed into ``detok``
 
     def __post_init__(self) -> None:
         self.params.validate()
@@ -57,13 +60,28 @@ class Request:
                 self._finish("stop")
             elif n >= self.params.max_tokens:
                 self._finish("length")
-            elif self.params.stop and decode is not None and n >= self.params.min_tokens:
-                text = decode(self.output_ids)
-                hits = [text.find(s) for s in self.params.stop if s and s in text]
-                if hits:
-                    self.stop_text_end = min(hits)
-                    self._finish("stop")
+            elif self.params.stop and decode is not None:
+                before = len(self.detok.text) if self.detok is not None else 0
+                text = self._sync_text(decode).text
+                if n >= self.params.min_tokens and len(text) > before:
+                    # only a stop string that ends in the new text can be new: search just the tail
+                    start = max(0, before - max(len(s) for s in self.params.stop) + 1)
+                    hits = [i for s in self.params.stop if s and (i := text.find(s, start)) >= 0]
+                    if hits:
+                        self.stop_text_end = min(hits)
+                        self._finish("stop")
         return taken
+
+    def _sync_text(self, decode) -> IncrementalDetokenizer:
+        """Push the output ids not yet detokenized (eos hidden unless ``ignore_eos``)."""
+        if self.detok is None:
+            self.detok = IncrementalDetokenizer(decode)
+        new = self.output_ids[self.detok_consumed :]
+        self.detok_consumed = len(self.output_ids)
+        shown = [t for t in new if t not in self.eos_ids or self.params.ignore_eos]
+        if shown:
+            self.detok.push(shown)
+        return self.detok
 
     def _finish(self, reason: str) -> None:
         self.finished = True
@@ -71,9 +89,12 @@ class Request:
         self.t_end = time.perf_counter()
 
     def text(self, decode) -> str:
-        """Output text with a matched stop string (and what follows it) removed, eos not shown."""
-        ids = [t for t in self.output_ids if t not in self.eos_ids or self.params.ignore_eos]
-        text = decode(ids)
+        """Output text with a matched stop string (and what follows it) removed, eos not shown.
+
+        While running, a character still missing bytes is left out; once finished, all of it is there.
+        Incremental, so that calling it after every step stays linear in the output length.
+        """
+        detok = self._sync_text(decode)
         if self.stop_text_end is not None:
-            text = text[: self.stop_text_end]
-        return text
+            return detok.text[: self.stop_text_end]
+        return detok.final_text() if self.finished else detok.text

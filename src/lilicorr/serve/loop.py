@@ -123,12 +123,10 @@ class EngineLoop:
         else:
             self.metrics.itl.labels(name).observe(now - job.t_last)
         job.t_last = now
-        text = req.text(self.engine.decode)
+        text = req.text(self.engine.decode)  # incremental; an incomplete UTF-8 character is held back
         end = len(text)
         if not req.finished:
             end -= job.hold_back
-            while end > job.sent_chars and text[end - 1] == "\ufffd":  # an incomplete UTF-8 sequence
-                end -= 1
         delta = text[job.sent_chars : max(end, job.sent_chars)]
         job.sent_chars = max(end, job.sent_chars)
         if req.finished:

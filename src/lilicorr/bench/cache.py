@@ -1,0 +1,63 @@
+"""Finished pieces of a bench run, kept on disk so that an interrupted run resumes where it stopped.
+
+A full bench is many arm × temperature runs plus a sweep; on a small machine that is an hour or more,
+and sessions end abruptly. Each finished piece is written atomically under ``OUT/parts/`` with a
+fingerprint of everything that determines it (target, drafts and their weights' mtimes, prompts,
+token budget, seed); a rerun with the same fingerprint reuses it, any change recomputes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from lilicorr.data.atomic import atomic_write_text
+
+
+def fingerprint(target: str, drafts: list[str], prompts: list[dict], max_tokens: int, seed: int) -> str:
+    """Hash of the inputs that a piece's figures depend on (weights identified by path, size and mtime)."""
+
+    def files(d: str) -> list:
+        return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in Path(d).glob("*.safetensors"))
+
+    blob = json.dumps(
+        {
+            "target": [target, files(target)],
+            "drafts": [[d, files(d)] for d in sorted(drafts)],
+            "prompts": prompts,
+            "max_tokens": max_tokens,
+            "seed": seed,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class PartCache:
+    """``get``/``put`` JSON pieces by key; a no-op when ``out`` is None."""
+
+    def __init__(self, out: Path | None, fp: str):
+        self.dir = Path(out) / "parts" if out is not None else None
+        self.fp = fp
+        self.reused: list[str] = []
+
+    def _path(self, key: str) -> Path:
+        safe = hashlib.sha256(key.encode()).hexdigest()[:20]
+        return self.dir / f"{safe}.json"
+
+    def get(self, key: str):
+        if self.dir is None or not self._path(key).exists():
+            return None
+        try:
+            part = json.loads(self._path(key).read_text())
+        except (OSError, json.JSONDecodeError):
+            return None  # unreadable: recompute rather than fail
+        if part.get("fingerprint") != self.fp or part.get("key") != key:
+            return None
+        self.reused.append(key)
+        return part["value"]
+
+    def put(self, key: str, value) -> None:
+        if self.dir is not None:
+            atomic_write_text(self._path(key), json.dumps({"fingerprint": self.fp, "key": key, "value": value}) + "\n")

@@ -1,0 +1,77 @@
+"""Bench pieces: resuming from finished parts, draft-length variants, long-context prompts."""
+
+import json
+
+import pytest
+
+from lilicorr.bench.runner import Arm, default_arms, run_bench, with_draft_lengths
+from tests.decoding.engine_helpers import save_random_draft
+
+
+@pytest.fixture(scope="module")
+def drafts(tiny_target_dir, tmp_path_factory):
+    d = tmp_path_factory.mktemp("drafts")
+    return [str(save_random_draft(tiny_target_dir, d / "lc")), str(save_random_draft(tiny_target_dir, d / "df", False))]
+
+
+PROMPTS = [{"id": f"p{i}", "prompt": "def f(x):" * (i + 1), "category": ("code", "prose")[i % 2]} for i in range(3)]
+
+
+def test_rerun_resumes_every_piece(tiny_target_dir, drafts, tmp_path):
+    out = tmp_path / "bench"
+    sweep = {"concurrencies": [1, 2], "input_lens": [16], "max_tokens": 4}
+    arms = [a for a in default_arms(drafts) if a.method in ("ar", "lilicorr", "dflash")]
+    first = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 6, out=out, arms=arms, sweep=sweep)
+    assert "resumed" not in first
+    second = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 6, out=out, arms=arms, sweep=sweep)
+    # every run, the tiers and every sweep cell came from disk: identical figures, timings included
+    assert len(second["resumed"]) == 1 + len(first["runs"]) + len(first["sweep"]) // 2
+    assert second["runs"] == first["runs"] and second["sweep"] == first["sweep"]
+    # a changed input (token budget) invalidates the parts
+    third = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 5, out=out, arms=arms)
+    assert "resumed" not in third
+
+
+def test_half_written_part_is_recomputed(tiny_target_dir, drafts, tmp_path):
+    out = tmp_path / "bench"
+    arms = [Arm("ar", "ar")]
+    run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 4, out=out, arms=arms)
+    for part in (out / "parts").glob("*.json"):
+        part.write_text(part.read_text()[:20])  # truncated, as after a crash outside the atomic write
+    res = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 4, out=out, arms=arms)
+    assert "resumed" not in res and json.loads((out / "results.json").read_text())["runs"]
+
+
+def test_draft_length_variants(tiny_target_dir, drafts, tmp_path):
+    arms = with_draft_lengths(default_arms(drafts), [1, 3])
+    names = [a.name for a in arms]
+    assert "ar" in names and "lc@n1" in names and "lc:oracle@n3" in names and "df:ddtree" in names
+    run = [a for a in arms if a.name in ("ar", "lc@n1", "lc@n3", "df@n1")]
+    res = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 8, arms=run)
+    for r in res["runs"]:
+        assert r.get("identical_to_ar", True)
+        n = r["arm"]["num_speculative_tokens"]
+        if n:
+            assert len(r["per_position_rate"]) == n
+
+
+def test_long_prompts_have_the_length_and_both_categories(tmp_path):
+    from transformers import AutoTokenizer
+
+    from lilicorr.data.prompts import long_prompts
+    from tests.conftest import SHIPPED_TARGET
+
+    if not (SHIPPED_TARGET / "tokenizer.json").exists():
+        pytest.skip("shipped tokenizer not present")
+    tok = AutoTokenizer.from_pretrained(SHIPPED_TARGET)
+    words = " ".join(f"word{i} for x in range({i}):" for i in range(2000))
+    docs = [
+        {"id": f"{c}/doc{i}", "category": c, "text": words * (i + 1)} for c in ("code", "prose") for i in range(2)
+    ] + [{"id": "code/short", "category": "code", "text": "short"}]
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    got = long_prompts(tmp_path, tok, 3, prompt_tokens=300)
+    assert [p["category"] for p in got] == ["long"] * 3
+    assert {p["source"].split("/")[0] for p in got} == {"code", "prose"}
+    assert all(len(tok.encode(p["prompt"], add_special_tokens=False)) >= 300 for p in got)
+    with pytest.raises(ValueError, match="only 4 test documents"):
+        long_prompts(tmp_path, tok, 5, prompt_tokens=300)
