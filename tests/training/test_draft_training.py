@@ -256,6 +256,15 @@ def test_comparison_arm_training(tiny_target_dir, regen_data, tmp_path, mode):
     assert not load_draft(tmp_path / mode).is_lilicorr  # the backbone stays a plain DFlashDraftModel
     assert load_arm(tmp_path / mode).kind == mode
     assert [a.name for a in default_arms([str(tmp_path / mode)])][-1] == f"{mode}:{mode}"
+    from lilicorr.training.draft_card import write_draft_card
+
+    meta = tmp_path / "meta.json"
+    meta.write_text(
+        '{"sequences": 40, "length": 32, "sampled_sequences": 20, "sha256_16": "x",'
+        ' "config": {"target": "t", "out": "o", "num_sequences": 40, "seed": 0}}'
+    )
+    write_draft_card(tmp_path / mode, "lilicorr train draft …", meta)
+    assert f"comparison arm `{mode}`" in (tmp_path / mode / "MODEL_CARD.md").read_text()
 
 
 def test_bench_quick_cli_end_to_end(tiny_target_dir, regen_data, tmp_path, capsys):

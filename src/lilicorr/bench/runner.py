@@ -184,7 +184,7 @@ def run_bench(
     sweep: dict | None = None,
 ) -> dict:
     """Every arm × temperature on the prompts (batch 1); optionally the throughput sweep
-    (``sweep = {"concurrencies": [...], "input_lens": [...], "max_tokens": n}``).
+    (``sweep = {"concurrencies": [...], "input_lens": [...], "max_tokens": n, "arms": [names] | None}``).
 
     With ``out``, every finished arm × temperature (and sweep cell) is kept under ``out/parts`` and a
     rerun with the same inputs resumes from there (``results["resumed"]`` lists what was reused;
@@ -231,9 +231,10 @@ def run_bench(
                 cache.put(key, res)
             results["runs"].append(res)
     if sweep:
+        keep = set(sweep.get("arms") or [a.name for a in arms]) | {"ar"}
         results["sweep"] = throughput_sweep(
             target,
-            arms,
+            [a for a in arms if a.name in keep],
             drafts,
             prompts,
             sweep["concurrencies"],
@@ -252,17 +253,20 @@ def run_bench(
 
 
 def markdown_table(results: dict) -> str:
+    """One row per arm × temperature; a τ column per prompt category present (code, prose, long …)."""
+    cats = sorted({c for r in results["runs"] for c in r["tau_by_category"]})
     lines = [
-        "| T | arm | τ pooled | τ per request | τ code | τ prose | tokens/s | speedup vs AR | head+walk share | "
-        "T=0 identical to AR |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| T | arm | τ pooled | τ per request | "
+        + "".join(f"τ {c} | " for c in cats)
+        + "tokens/s | speedup vs AR | head+walk share | T=0 identical to AR |",
+        "|---|---|---|---|" + "---|" * len(cats) + "---|---|---|---|",
     ]
     for r in results["runs"]:
-        cats = r["tau_by_category"]
+        by_cat = r["tau_by_category"]
         lines.append(
             f"| {r['temperature']:g} | {r['arm']['name']} | {r['pooled']['tau']:.3f} | {r['tau_mean_per_request']:.3f} "
-            f"| {cats.get('code', float('nan')):.3f} | {cats.get('prose', float('nan')):.3f} | {r['tokens_per_s']:.1f} "
-            f"| {r.get('speedup_vs_ar', 1.0):.2f}× | {r['head_walk_share'] * 100:.1f} % | "
+            + "".join(f"| {by_cat.get(c, float('nan')):.3f} " for c in cats)
+            + f"| {r['tokens_per_s']:.1f} | {r.get('speedup_vs_ar', 1.0):.2f}× | {r['head_walk_share'] * 100:.1f} % | "
             f"{'yes' if r.get('identical_to_ar', True) else 'NO'} |"
         )
     return "\n".join(lines) + "\n"

@@ -206,6 +206,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         arms = [a for a in arms if a.name in set(args.only) or a.method == "ar"]
     if args.num_speculative_tokens:
         arms = with_draft_lengths(arms, args.num_speculative_tokens)
+    unknown = set(args.sweep_arms or []) - {a.name for a in arms}
+    if unknown:
+        print(f"error: --sweep-arms: no arm named {sorted(unknown)} among the bench's arms", file=sys.stderr)
+        return 2
     results = run_bench(
         args.target,
         args.draft or [],
@@ -221,6 +225,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             "concurrencies": args.sweep_concurrency,
             "input_lens": args.sweep_input_lens,
             "max_tokens": args.sweep_max_tokens,
+            "arms": args.sweep_arms,
         },
     )
     print(markdown_table(results))
@@ -248,7 +253,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from lilicorr.bench.report import write_report
 
-    print(f"wrote {write_report(Path(args.results), Path(args.out), args.command, args.title)}")
+    print(
+        f"wrote {write_report(Path(args.results), Path(args.out), args.command, args.title, args.baseline, args.notes)}"
+    )
     return 0
 
 
@@ -422,6 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--sweep-max-tokens", type=int, default=32)
     s.add_argument("--no-sweep", action="store_true", help="skip the throughput sweep")
+    s.add_argument("--sweep-arms", nargs="+", default=None, help="arm names in the sweep (default: every arm)")
     s.add_argument("--only", nargs="+", default=None, help="keep only these arm names (ar always runs)")
     s.add_argument(
         "--num-speculative-tokens",
@@ -459,6 +467,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default="docs/RESULTS.md")
     s.add_argument("--command", default="", help="the bench command that produced the results")
     s.add_argument("--title", default="Results")
+    s.add_argument("--baseline", default=None, help="arm name the derived table divides τ by (e.g. the DFlash drafter)")
+    s.add_argument("--notes", default=None, help="markdown file appended as the page's 'Notes' section")
     s.set_defaults(func=_cmd_report)
 
     s = sub.add_parser("inspect", help="explain a draft checkpoint: geometry, parameters, validity")

@@ -21,6 +21,18 @@ def _bench_rows(bench: dict, name: str) -> list[str]:
     return rows
 
 
+def _arm_line(model_dir: Path) -> list[str]:
+    """Comparison arms live in a sidecar (``arm.safetensors`` + ``arm.json``) that only our engine reads."""
+    if not (model_dir / "arm.json").exists():
+        return []
+    arm = json.loads((model_dir / "arm.json").read_text())
+    return [
+        f"- comparison arm `{arm['kind']}` in `arm.safetensors` / `arm.json` "
+        f"({', '.join(f'{k} {v}' for k, v in arm.items() if k != 'kind')}); read by `lilicorr` only — vLLM and "
+        "SGLang load this folder as the plain DFlash backbone"
+    ]
+
+
 def write_draft_card(
     model_dir: Path, command: str, data_meta: Path, bench: Path | None = None, bench_command: str = ""
 ) -> None:
@@ -46,6 +58,7 @@ def write_draft_card(
         f"- block size {dfc['block_size']} ({dfc['block_size'] - 1} drafted tokens), mask token id "
         f"{dfc['mask_token_id']}, target layers {dfc['target_layer_ids']}",
         f"- LiLiCorr head: {geometry}" if geometry else "- no LiLiCorr head (vanilla DFlash)",
+        *_arm_line(model_dir),
         "",
         "## Training (measured)",
         "",

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The "long" tiny-s recipe: 4× the regenerated data (10240 sequences, seed 1) and STEPS (default 4000)
+# steps, otherwise exactly the recipe of ship_tiny_s_drafters.sh. Vanilla DFlash and co-trained LiLiCorr
+# train in parallel (one thread each), then a LiLiCorr head is trained on the frozen long DFlash
+# backbone (HEAD_STEPS, default 2000). Every step resumes (--resume) if the session is cut.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
+L=.venv/bin/lilicorr
+TARGET=models/tiny-s
+DATA=data/regen-tiny-s-10k.safetensors
+STEPS=${STEPS:-4000}
+COMMON="--target $TARGET --data $DATA --steps $STEPS --batch-size 8 --anchors 16 --block-size 8 --num-layers 2 --lr 1.5e-3 --gamma 4 --seed 0 --threads 1 --val-every 500"
+HEAD="--candidate-topk 8 --head-hidden-size 64 --head-layers 2 --head-heads 4 --factor-dim 64 --logit-scale 8"
+
+[ -f $DATA ] || $L data regenerate --target $TARGET --out $DATA --num-sequences 10240 --batch-size 64 --seed 1 --threads 2
+[ -f models/tiny-s-dflash-long/config.json ] || $L train draft $COMMON --mode dflash --out models/tiny-s-dflash-long \
+  --resume > runs/train-tiny-s-dflash-long.log 2>&1 &
+[ -f models/tiny-s-lilicorr-long/config.json ] || $L train draft $COMMON $HEAD --mode lilicorr \
+  --out models/tiny-s-lilicorr-long --resume > runs/train-tiny-s-lilicorr-long.log 2>&1 &
+wait
+HCOMMON=${COMMON/--steps $STEPS/--steps ${HEAD_STEPS:-2000}}
+[ -f models/tiny-s-dflash-long-head/config.json ] || $L train draft $HCOMMON $HEAD --mode head \
+  --init models/tiny-s-dflash-long --out models/tiny-s-dflash-long-head --resume > runs/train-tiny-s-dflash-long-head.log 2>&1
