@@ -27,6 +27,12 @@ def test_rerun_resumes_every_piece(tiny_target_dir, drafts, tmp_path):
     # every run, the tiers and every sweep cell came from disk: identical figures, timings included
     assert len(second["resumed"]) == 1 + len(first["runs"]) + len(first["sweep"]) // 2
     assert second["runs"] == first["runs"] and second["sweep"] == first["sweep"]
+    # re-saving one drafter reruns only its arms
+    from lilicorr.checkpoint import load_draft, save_draft
+
+    save_draft(load_draft(drafts[1]), drafts[1])
+    fourth = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 6, out=out, arms=arms)
+    assert any(drafts[0] in k for k in fourth["resumed"]) and not any(drafts[1] in k for k in fourth["resumed"])
     # a changed input (token budget) invalidates the parts
     third = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 5, out=out, arms=arms)
     assert "resumed" not in third

@@ -15,21 +15,19 @@ from pathlib import Path
 from lilicorr.data.atomic import atomic_write_text
 
 
-def fingerprint(target: str, drafts: list[str], prompts: list[dict], max_tokens: int, seed: int) -> str:
-    """Hash of the inputs that a piece's figures depend on (weights identified by path, size and mtime)."""
+def weights_id(folder: str | None) -> list:
+    """A checkpoint folder's identity for caching: path plus size and mtime of its weight files."""
+    if not folder:
+        return []
+    files = sorted(Path(folder).glob("*.safetensors"))
+    return [folder, [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]]
 
-    def files(d: str) -> list:
-        return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in Path(d).glob("*.safetensors"))
 
+def fingerprint(target: str, prompts: list[dict], max_tokens: int, seed: int) -> str:
+    """Hash of the inputs every piece depends on; each piece's key adds its own drafter's ``weights_id``,
+    so adding a drafter to a finished bench reruns only that drafter's arms."""
     blob = json.dumps(
-        {
-            "target": [target, files(target)],
-            "drafts": [[d, files(d)] for d in sorted(drafts)],
-            "prompts": prompts,
-            "max_tokens": max_tokens,
-            "seed": seed,
-        },
-        sort_keys=True,
+        {"target": weights_id(target), "prompts": prompts, "max_tokens": max_tokens, "seed": seed}, sort_keys=True
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -190,13 +190,13 @@ def run_bench(
     rerun with the same inputs resumes from there (``results["resumed"]`` lists what was reused;
     speedups of reused pieces are still ratios to the AR run of the same piece set).
     """
-    from lilicorr.bench.cache import PartCache, fingerprint
+    from lilicorr.bench.cache import PartCache, fingerprint, weights_id
     from lilicorr.bench.sweep import entropy_tiers, throughput_sweep
 
     target = TargetRuntime.load(target_dir)
     arms = arms or default_arms(draft_dirs)
     drafts = {d: load_draft(d, target.model.config) for d in {a.draft for a in arms if a.draft}}
-    cache = PartCache(out, fingerprint(target_dir, [a.draft for a in arms if a.draft], prompts, max_tokens, seed))
+    cache = PartCache(out, fingerprint(target_dir, prompts, max_tokens, seed))
     tiers = cache.get("tiers") or entropy_tiers(target, prompts)
     cache.put("tiers", tiers)
     prompts = [{**p, "tier": tiers[p["id"]]} for p in prompts]
@@ -217,7 +217,7 @@ def run_bench(
         for arm in tqdm([a for a in arms if a.method != "ar"], desc=f"arms T={temp}", mininterval=5):
             if arm.method == "oracle" and temp != 0:
                 continue  # the oracle needs the deterministic greedy reference
-            key = f"run/{json.dumps(asdict(arm), sort_keys=True)}/T={temp}"
+            key = f"run/{json.dumps([asdict(arm), weights_id(arm.draft)], sort_keys=True)}/T={temp}"
             res = cache.get(key)
             if res is None:
                 try:

@@ -9,10 +9,12 @@ since acceptance depends on how predictable the continuation is.
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 
 import torch
 from tqdm import tqdm
 
+from lilicorr.bench.cache import weights_id
 from lilicorr.bench.runner import Arm, _engine
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
@@ -72,7 +74,7 @@ def throughput_sweep(
                 if arm.method == "oracle":
                     continue
                 bar.update()
-                key = f"sweep/{arm.name}/{arm.num_speculative_tokens}/{tier}/{in_len}/{concurrencies}/{max_tokens}"
+                key = f"sweep/{asdict(arm)}/{weights_id(arm.draft)}/{tier}/{in_len}/{concurrencies}/{max_tokens}"
                 done = cache.get(key) if cache is not None else None
                 if done is not None:
                     rows.extend(done)
