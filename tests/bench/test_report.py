@@ -24,6 +24,9 @@ RESULTS = {
         _run("lc", "lilicorr", 0.0, 1.8, {"code": 1.7, "long": 1.9}),
         _run("lc:top1", "dflash", 0.0, 1.6),
         _run("lc:oracle", "oracle", 0.0, 2.6),
+        _run("lc@n3", "lilicorr", 0.0, 1.4),
+        _run("lc:top1@n3", "dflash", 0.0, 1.3),
+        _run("lc:oracle@n3", "oracle", 0.0, 1.7),
         _run("df", "dflash", 1.0, 1.2),
         _run("lc", "lilicorr", 1.0, 1.3),
     ],
@@ -40,6 +43,7 @@ def test_derived_ratio_and_headroom():
     assert "| 20 % |" in rows[("0", "lc")]  # (1.8 − 1.6) / (2.6 − 1.6)
     assert "| 1.083 |" in rows[("1", "lc")]  # 1.3 / 1.2; no headroom at T=1
     assert ("0", "lc:oracle") not in rows and ("0", "ar") not in rows
+    assert "| 25 % |" in rows[("0", "lc@n3")]  # (1.4 − 1.3) / (1.7 − 1.3), its own length's arms
 
 
 def test_category_columns_follow_the_data():

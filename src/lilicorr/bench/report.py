@@ -20,7 +20,7 @@ def _plots(results: dict, out_dir: Path, prefix: str) -> list[str]:
     runs = [r for r in results["runs"] if r["arm"]["method"] != "ar"]
     temps = sorted({r["temperature"] for r in runs})
     # τ by arm and category
-    fig, axes = plt.subplots(1, len(temps), figsize=(5 * len(temps), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(temps), figsize=(max(5, 0.5 * len(runs)) * len(temps) / 2 + 2, 4.2), squeeze=False)
     for ax, t in zip(axes[0], temps, strict=True):
         rs = [r for r in runs if r["temperature"] == t]
         cats = sorted({c for r in rs for c in r["tau_by_category"]})
@@ -32,8 +32,8 @@ def _plots(results: dict, out_dir: Path, prefix: str) -> list[str]:
         ax.set_xticks(
             [i + width * (len(cats) - 1) / 2 for i in range(len(rs))],
             [r["arm"]["name"] for r in rs],
-            rotation=15,
-            fontsize=8,
+            rotation=75,
+            fontsize=6,
         )
         ax.set_title(f"τ by arm and category, T={t:g}")
         ax.set_ylabel("τ (mean acceptance length)")
@@ -42,25 +42,22 @@ def _plots(results: dict, out_dir: Path, prefix: str) -> list[str]:
     files.append(f"{prefix}tau_by_arm.png")
     fig.savefig(out_dir / files[-1], dpi=110)
     plt.close(fig)
-    # per-position acceptance
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for r in runs:
-        ax.plot(
-            range(1, len(r["per_position_rate"]) + 1),
-            r["per_position_rate"],
-            marker="o",
-            label=f"{r['arm']['name']} T={r['temperature']:g}",
-        )
-    ax.set_xlabel("draft position")
-    ax.set_ylabel("acceptance rate (unconditional)")
-    ax.set_title("per-position acceptance")
-    ax.legend(fontsize=7)
+    # per-position acceptance, one panel per temperature
+    fig, axes = plt.subplots(1, len(temps), figsize=(6 * len(temps), 4.2), squeeze=False)
+    for ax, t in zip(axes[0], temps, strict=True):
+        for r in (r for r in runs if r["temperature"] == t):
+            rate = r["per_position_rate"]
+            ax.plot(range(1, len(rate) + 1), rate, marker="o", markersize=3, label=r["arm"]["name"])
+        ax.set_xlabel("draft position")
+        ax.set_ylabel("acceptance rate (unconditional)")
+        ax.set_title(f"per-position acceptance, T={t:g}")
+        ax.legend(fontsize=6)
     fig.tight_layout()
     files.append(f"{prefix}per_position.png")
     fig.savefig(out_dir / files[-1], dpi=110)
     plt.close(fig)
     # cycle-time breakdown
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = plt.subplots(figsize=(max(7, 0.45 * len(runs)), 4.2))
     labels = [f"{r['arm']['name']}\nT={r['temperature']:g}" for r in runs]
     bottom = [0.0] * len(runs)
     for s in STAGES:
@@ -69,7 +66,7 @@ def _plots(results: dict, out_dir: Path, prefix: str) -> list[str]:
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     ax.set_ylabel("share of cycle time")
     ax.set_title("draft–verify cycle breakdown")
-    ax.tick_params(axis="x", labelsize=7)
+    ax.tick_params(axis="x", labelsize=6, labelrotation=90)
     ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
     fig.tight_layout()
     files.append(f"{prefix}cycle_breakdown.png")
@@ -138,7 +135,8 @@ def derived_table(results: dict, baseline: str | None) -> str:
         if r["arm"]["method"] in ("ar", "oracle"):
             continue
         ratio = by[(name, t)] / by[(baseline, t)] if (baseline, t) in by else float("nan")
-        top1, oracle = by.get((f"{name}:top1", t)), by.get((f"{name}:oracle", 0.0))
+        base, at, n = name.partition("@")  # draft-length variants are named ARM@nN, ARM:top1@nN, …
+        top1, oracle = by.get((f"{base}:top1{at}{n}", t)), by.get((f"{base}:oracle{at}{n}", 0.0))
         head = (by[(name, t)] - top1) / (oracle - top1) if top1 and oracle and t == 0 and oracle > top1 else None
         lines.append(
             f"| {t:g} | {name} | {by[(name, t)]:.3f} | {ratio:.3f} | " + (f"{100 * head:.0f} %" if head else "") + " |"

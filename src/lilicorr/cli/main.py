@@ -198,14 +198,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from lilicorr.bench.runner import default_arms, with_draft_lengths
 
     arms = default_arms(args.draft or [])
-    if args.only:
+    if args.num_speculative_tokens:
+        arms = with_draft_lengths(arms, args.num_speculative_tokens)
+    if args.only:  # after the draft-length expansion, so ARM@nN can be picked one by one
         unknown = set(args.only) - {a.name for a in arms}
         if unknown:
             print(f"error: --only: no arm named {sorted(unknown)}", file=sys.stderr)
             return 2
         arms = [a for a in arms if a.name in set(args.only) or a.method == "ar"]
-    if args.num_speculative_tokens:
-        arms = with_draft_lengths(arms, args.num_speculative_tokens)
     unknown = set(args.sweep_arms or []) - {a.name for a in arms}
     if unknown:
         print(f"error: --sweep-arms: no arm named {sorted(unknown)} among the bench's arms", file=sys.stderr)
