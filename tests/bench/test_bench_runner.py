@@ -81,3 +81,11 @@ def test_long_prompts_have_the_length_and_both_categories(tmp_path):
     assert all(len(tok.encode(p["prompt"], add_special_tokens=False)) >= 300 for p in got)
     with pytest.raises(ValueError, match="only 4 test documents"):
         long_prompts(tmp_path, tok, 5, prompt_tokens=300)
+
+
+def test_probabilistic_arms_run_only_when_sampling(tiny_target_dir, drafts):
+    arms = [a for a in default_arms(drafts) if a.name in ("ar", "lc:prob", "df:prob")]
+    res = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0, 1.0], 6, arms=arms)
+    names = {(r["temperature"], r["arm"]["name"]) for r in res["runs"]}
+    assert names == {(0.0, "ar"), (1.0, "ar"), (1.0, "lc:prob"), (1.0, "df:prob")}
+    assert all(r["arm"]["draft_sample_method"] == "probabilistic" for r in res["runs"] if r["arm"]["name"] != "ar")

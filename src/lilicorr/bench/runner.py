@@ -39,7 +39,9 @@ class Arm:
 
 def default_arms(drafts: list[str]) -> list[Arm]:
     """AR, each draft with its native method; for LiLiCorr checkpoints also their own backbone's
-    per-slot argmax (``:top1``) and the oracle lattice (``:oracle``)."""
+    per-slot argmax (``:top1``) and the oracle lattice (``:oracle``); for every drafter the
+    probabilistic draft (``:prob``: sampled walk / sampled marginals with q handed to rejection
+    sampling; T > 0 only, at T = 0 it is the greedy draft)."""
     arms = [Arm("ar", "ar")]
     for d in drafts:
         cfg = json.loads((Path(d) / "config.json").read_text())
@@ -48,9 +50,11 @@ def default_arms(drafts: list[str]) -> list[Arm]:
             arms.append(Arm(f"{label}", "lilicorr", d))
             arms.append(Arm(f"{label}:top1", "dflash", d))  # same backbone, per-slot argmax: isolates the walk
             arms.append(Arm(f"{label}:oracle", "oracle", d))
+            arms.append(Arm(f"{label}:prob", "lilicorr", d, draft_sample_method="probabilistic"))
         else:
             arms.append(Arm(f"{label}", "dflash", d))
             arms.append(Arm(f"{label}:ddtree", "ddtree", d))  # training-free tree over the same marginals
+            arms.append(Arm(f"{label}:prob", "dflash", d, draft_sample_method="probabilistic"))
         if (Path(d) / "arm.json").exists():  # a comparison arm trained on this backbone
             kind = json.loads((Path(d) / "arm.json").read_text())["kind"]
             arms.append(Arm(f"{label}:{kind}", kind, d))
@@ -217,6 +221,8 @@ def run_bench(
         for arm in tqdm([a for a in arms if a.method != "ar"], desc=f"arms T={temp}", mininterval=5):
             if arm.method == "oracle" and temp != 0:
                 continue  # the oracle needs the deterministic greedy reference
+            if arm.draft_sample_method == "probabilistic" and temp == 0:
+                continue  # identical to the greedy draft at T = 0
             key = f"run/{json.dumps([asdict(arm), weights_id(arm.draft)], sort_keys=True)}/T={temp}"
             res = cache.get(key)
             if res is None:

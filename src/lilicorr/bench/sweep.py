@@ -54,7 +54,7 @@ def throughput_sweep(
     tiers: dict[str, str],
     cache=None,
 ) -> list[dict]:
-    """tokens/s of each arm at each concurrency (one batch of that many requests), per input length and tier.
+    """Greedy tokens/s of each arm at each concurrency (one batch of that many requests), per input length and tier.
 
     ``cache`` (a ``PartCache``) keeps each finished arm × tier × input-length cell for a resumed run.
     """
@@ -71,8 +71,6 @@ def throughput_sweep(
             base = [tok.encode(p["prompt"], add_special_tokens=False) for p in pool]
             base = [(b * (in_len // max(1, len(b)) + 1))[:in_len] for b in base]  # repeat/trim to in_len tokens
             for arm in arms:
-                if arm.method == "oracle":
-                    continue
                 bar.update()
                 key = f"sweep/{asdict(arm)}/{weights_id(arm.draft)}/{tier}/{in_len}/{concurrencies}/{max_tokens}"
                 done = cache.get(key) if cache is not None else None
