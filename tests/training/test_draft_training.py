@@ -141,13 +141,28 @@ def test_lattice_loss_alone_reaches_the_backbone(tiny_target_dir, regen_data, tm
     data = load_regenerated(regen_data)
     tok, mask = data["tokens"][-4:].long(), data["loss_mask"][-4:]  # training rows
     anchors, valid = sample_anchors(mask, 4, 4, torch.Generator().manual_seed(0))
-    res = DraftStep(cfg, target, model)(tok, mask, anchors, valid)
-    res.pop("dflash_sum")
-    res.pop("dflash_den")
-    assert res["head_den"] > 0
-    combine_losses(res, cfg).backward()
-    assert model.fc.weight.grad is not None and model.fc.weight.grad.abs().sum() > 0
-    assert model.layers[0].mlp.up_proj.weight.grad.abs().sum() > 0
+    grads = {}
+    for scale in (1.0, 0.5, 0.0):
+        cfg.head_grad_to_backbone = scale
+        model.zero_grad(set_to_none=True)
+        res = DraftStep(cfg, target, model)(tok, mask, anchors, valid)
+        res.pop("dflash_sum")
+        res.pop("dflash_den")
+        assert res["head_den"] > 0
+        combine_losses(res, cfg).backward()
+        g = model.fc.weight.grad
+        grads[scale] = (
+            torch.zeros_like(model.fc.weight) if g is None else g.clone(),
+            model.lilicorr.out_head.weight.grad.clone(),
+        )
+        if scale == 1.0:  # the reference recipe: the lattice loss alone trains the backbone
+            assert g is not None and g.abs().sum() > 0
+            assert model.layers[0].mlp.up_proj.weight.grad.abs().sum() > 0
+    # --head-grad-to-backbone scales only what enters the backbone; the head's own gradient is unchanged
+    torch.testing.assert_close(grads[0.5][0], 0.5 * grads[1.0][0], rtol=1e-4, atol=1e-7)
+    assert grads[0.0][0].abs().sum() == 0
+    for scale in (0.5, 0.0):
+        torch.testing.assert_close(grads[scale][1], grads[1.0][1])
 
 
 def _free_port():
@@ -308,3 +323,22 @@ def test_bench_quick_cli_end_to_end(tiny_target_dir, regen_data, tmp_path, capsy
     assert {r["concurrency"] for r in res["sweep"]} == {1, 2}
     assert main(["report", str(out / "results.json"), "--out", str(tmp_path / "docs" / "RESULTS.md")]) == 0
     assert len(list((tmp_path / "docs").glob("*.png"))) == 4
+
+
+def test_per_module_clipping_groups_and_training(tiny_target_dir, regen_data, tmp_path):
+    from lilicorr.training.draft import _param_groups
+
+    cfg = _cfg(tiny_target_dir, regen_data, tmp_path / "pm", "lilicorr", steps=40)
+    cfg.clip_per_module, cfg.head_grad_to_backbone = True, 0.25
+    from lilicorr.target.runtime import TargetRuntime
+
+    model = build_model(cfg, TargetRuntime.load(tiny_target_dir))
+    backbone, head = _param_groups(torch.nn.ModuleDict({"draft": model}))
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert head and all(names[id(p)].startswith("lilicorr.") for p in head)
+    assert backbone and not any(names[id(p)].startswith("lilicorr.") for p in backbone)
+    assert len(backbone) + len(head) == len(names)
+    summary = train_draft(cfg)
+    losses = _losses(tmp_path / "pm-run")
+    assert sum(losses[-2:]) / 2 < sum(losses[:2]) / 2
+    assert summary["config"]["clip_per_module"] and summary["config"]["head_grad_to_backbone"] == 0.25

@@ -93,6 +93,8 @@ def _cmd_train_draft(args: argparse.Namespace) -> int:
         anchors=args.anchors,
         lr=args.lr,
         gamma=args.gamma,
+        head_grad_to_backbone=args.head_grad_to_backbone,
+        clip_per_module=args.clip_per_module,
         seed=args.seed,
         threads=args.threads,
         val_every=args.val_every,
@@ -367,6 +369,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--anchors", type=int, default=16)
     s.add_argument("--lr", type=float, default=6e-4)
     s.add_argument("--gamma", type=float, default=4.0)
+    s.add_argument(
+        "--head-grad-to-backbone",
+        type=float,
+        default=1.0,
+        help="scale of the head/arm loss gradient entering the backbone (1 = reference recipe, 0 = stop-gradient)",
+    )
+    s.add_argument(
+        "--clip-per-module",
+        action="store_true",
+        help="clip backbone and head/arm gradients separately (default: one global norm, as the reference)",
+    )
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--val-every", type=int, default=200)

@@ -74,6 +74,14 @@ class DraftTrainConfig:
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     gamma: float = 4.0
+    # Scale on the head loss's gradient where it enters the backbone (pass hidden, live log-probs,
+    # anchor). 1.0 is the reference recipe (ModelOpt); 0.0 trains the head jointly but lets only the
+    # DFlash loss shape the backbone. Applies to the comparison arms' losses the same way.
+    head_grad_to_backbone: float = 1.0
+    # Clip the backbone's and the head's (or arm's) gradients each to ``grad_clip`` instead of one
+    # global norm. The reference clips globally; on small drafters the head's gradient norm is as large
+    # as the backbone's, so a global clip shrinks the backbone's DFlash step every step.
+    clip_per_module: bool = False
     head_weights: HeadLossWeights = field(default_factory=HeadLossWeights)
     seed: int = 0
     val_sequences: int = 64
@@ -197,16 +205,18 @@ class DraftStep:
             res["dflash_sum"], res["dflash_den"] = dflash_loss(logits, labels, vflat, cfg.gamma)
         ids = None
         walk_ids = None
+        # what the head / arm losses see of the backbone: identical values, gradient scaled (see config)
+        h_ph, h_logits, h_ctx = (scale_grad(x, cfg.head_grad_to_backbone) for x in (ph, logits, ctx))
         if model.lilicorr is not None:
             with torch.no_grad():
                 ids = torch.topk(logits.detach(), model.cfg.lilicorr.candidate_topk, dim=-1).indices  # [M, S, K]
-            lf = logits.float()
+            lf = h_logits.float()
             lp = lf.gather(-1, ids) - torch.logsumexp(lf, -1, keepdim=True)  # live log-probs
             emb_c = target.embed_tokens(ids).detach()
-            anchor_rows = torch.gather(ctx, 1, (anchors - 1).clamp_min(0)[..., None].expand(b, n, ctx.shape[-1]))
+            anchor_rows = torch.gather(h_ctx, 1, (anchors - 1).clamp_min(0)[..., None].expand(b, n, ctx.shape[-1]))
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
                 scores = model.lilicorr(
-                    ph.flatten(0, 1), emb_c, lp, anchor_rows.flatten(0, 1), (anchors >= 1).flatten()
+                    h_ph.flatten(0, 1), emb_c, lp, anchor_rows.flatten(0, 1), (anchors >= 1).flatten()
                 )
             s = blk - 1
             zpos = (anchors[..., None] + torch.arange(s)).flatten(1)  # target row p+s predicts slot s
@@ -221,8 +231,8 @@ class DraftStep:
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
                 res["head_sum"], res["head_den"] = teacher_forced_loss(
                     self.arm,
-                    ph.flatten(0, 1),
-                    logits,
+                    h_ph.flatten(0, 1),
+                    h_logits,
                     labels,
                     torch.gather(tokens, 1, anchors).flatten(),
                     target.embed_tokens,
@@ -231,6 +241,32 @@ class DraftStep:
         if want_metrics:
             res.update({f"m_{k}": v for k, v in block_metrics(logits, labels, vflat, ids, walk_ids).items()})
         return res
+
+
+def _param_groups(trainable: torch.nn.ModuleDict) -> list[list[torch.nn.Parameter]]:
+    """Backbone parameters, then head / arm parameters (the two clip groups of ``clip_per_module``)."""
+    head, backbone = [], []
+    for name, p in trainable.named_parameters():
+        (head if name.startswith(("draft.lilicorr.", "arm.")) else backbone).append(p)
+    return [backbone, head]
+
+
+class _ScaleGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.scale = scale
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad * ctx.scale, None
+
+
+def scale_grad(x: torch.Tensor, scale: float) -> torch.Tensor:
+    """Identity forward; multiplies the gradient by ``scale`` on the way back (1.0: untouched)."""
+    if scale == 1.0 or not x.requires_grad:
+        return x
+    return x.detach() if scale == 0.0 else _ScaleGrad.apply(x, scale)
 
 
 def _all_reduce(x: torch.Tensor) -> torch.Tensor:
@@ -341,7 +377,12 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
             for p in params:
                 if p.grad is not None:
                     dist.all_reduce(p.grad)
-        gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        if cfg.clip_per_module:
+            groups = [[p for p in g if p.requires_grad] for g in _param_groups(trainable)]
+            norms = [torch.nn.utils.clip_grad_norm_(g, cfg.grad_clip) for g in groups if g]
+            gnorm = torch.stack(norms).norm()  # logged as the global norm before clipping
+        else:
+            gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         opt.step()
         global_loss = float(_all_reduce(loss.detach()))
         run.finish_step(
