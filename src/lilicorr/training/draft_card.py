@@ -75,8 +75,10 @@ def write_draft_card(
         f"--num-sequences {meta['config']['num_sequences']} --seed {meta['config']['seed']}` |",
         f"| steps × batch × anchors | {summary['steps']} × {tc['batch_size']} × {tc['anchors']} |",
         f"| optimiser | AdamW fp32 master weights, lr {tc['lr']}, warm-up {tc['warmup_ratio']}, cosine, clip "
-        f"{tc['grad_clip']}, bf16 autocast; DFlash γ {tc['gamma']} |",
-        f"| head loss weights | {tc['head_weights']} |",
+        f"{tc['grad_clip']} ({'backbone and head separately' if tc.get('clip_per_module') else 'one global norm'}), "
+        f"bf16 autocast; DFlash γ {tc['gamma']} |",
+        f"| head loss weights | {tc['head_weights']}; head-loss gradient into the backbone × "
+        f"{tc.get('head_grad_to_backbone', 1.0):g} |",
         f"| wall time | {summary['wall_time_s'] / 60:.1f} min, {tc['threads']} thread(s), "
         f"{summary['world']} process(es) |",
         "",
