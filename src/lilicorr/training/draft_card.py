@@ -11,8 +11,11 @@ from lilicorr.data.atomic import atomic_write_text
 def _bench_rows(bench: dict, name: str) -> list[str]:
     rows = []
     for r in bench["runs"]:
-        if r["arm"]["name"] == name or r["arm"]["name"].startswith(f"{name}:"):
-            label = r["arm"]["name"].split(":")[-1] if ":" in r["arm"]["name"] else r["arm"]["method"]
+        base, at, n = r["arm"]["name"].partition("@")  # draft-length variants: ARM@nN
+        if base == name or base.startswith(f"{name}:"):
+            label = (base.split(":")[-1] if ":" in base else r["arm"]["method"]) + (
+                f" ({n[1:]} draft tokens)" if at else ""
+            )
             rows.append(
                 f"| {r['temperature']:g} | {label} | {r['pooled']['tau']:.3f} | "
                 f"{r['tau_mean_per_request']:.3f} | {r['speedup_vs_ar']:.2f}× | "
@@ -95,11 +98,14 @@ def write_draft_card(
     if bench is not None:
         b = json.loads(Path(bench).read_text())
         rows = _bench_rows(b, model_dir.name)
+        n_long = sum(x.get("category") == "long" for x in b["runs"][0].get("per_request", []))
         lines += [
             "",
             "## Decoding (measured with the engine)",
             "",
-            f"`{bench_command}` — {b['runs'][0]['prompts']} held-out test-split prompts, "
+            f"`{bench_command}` — {b['runs'][0]['prompts']} held-out test-split prompts"
+            + (f" ({n_long} of them long-context)" if n_long else "")
+            + ", "
             f"{b['max_tokens']} new tokens each, batch 1, {b['environment']['threads']} threads.",
             "",
             "| T | method | τ pooled | τ per request | speedup vs AR | head+walk share | T=0 identical to AR |",
