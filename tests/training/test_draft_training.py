@@ -342,3 +342,38 @@ def test_per_module_clipping_groups_and_training(tiny_target_dir, regen_data, tm
     losses = _losses(tmp_path / "pm-run")
     assert sum(losses[-2:]) / 2 < sum(losses[:2]) / 2
     assert summary["config"]["clip_per_module"] and summary["config"]["head_grad_to_backbone"] == 0.25
+
+
+@pytest.mark.parametrize("mode", ["lilicorr", "head", "domino"])
+def test_card_command_round_trips_through_the_cli(mode):
+    """The command a card records, parsed by the real CLI, gives back the recorded config."""
+    import shlex
+    from dataclasses import asdict
+
+    from lilicorr.cli.main import build_parser
+    from lilicorr.training.draft_card import train_command
+
+    cfg = DraftTrainConfig(
+        target="t",
+        data="d.safetensors",
+        out="o",
+        mode=mode,
+        init="base" if mode == "head" else None,
+        head_hidden_size=32,
+        steps=77,
+        lr=1.5e-3,
+        seed=3,
+        head_grad_to_backbone=0.25,
+        clip_per_module=True,
+        target_layer_ids=[0, 2],
+    )
+    tc = asdict(cfg)
+    args = build_parser().parse_args(shlex.split(train_command(tc))[1:])
+    recorded = {k: v for k, v in vars(args).items() if k in tc and k not in ("run_dir",)}
+    recorded["target_layer_ids"] = [int(x) for x in args.target_layer_ids.split(",")]
+    head_geometry = {"head_hidden_size", "head_layers", "head_heads", "factor_dim", "logit_scale"}
+    for k, v in recorded.items():
+        if mode == "domino" and k in head_geometry:
+            continue  # an arm's command carries no head geometry
+        assert v == tc[k], (k, v, tc[k])
+    assert len(recorded) > 20

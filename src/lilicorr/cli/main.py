@@ -397,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = card.add_parser("draft", help="write a drafter's MODEL_CARD.md from its summary and a bench run")
     s.add_argument("model")
-    s.add_argument("--command", required=True)
+    s.add_argument("--command", default=None, help="training command to record (default: rebuilt from its config)")
     s.add_argument("--data-meta", required=True, help="the .json written beside the regenerated data")
     s.add_argument("--bench", default=None, help="results.json of a `lilicorr bench` run including this drafter")
     s.add_argument("--bench-command", default="")

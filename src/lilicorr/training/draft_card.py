@@ -24,6 +24,34 @@ def _bench_rows(bench: dict, name: str) -> list[str]:
     return rows
 
 
+def train_command(tc: dict) -> str:
+    """The ``lilicorr train draft`` command that reproduces a run, rebuilt from its recorded config."""
+    hw = tc["head_weights"]
+    parts = [
+        "lilicorr train draft",
+        f"--target {tc['target']} --data {tc['data']} --mode {tc['mode']} --out {tc['out']}",
+        f"--init {tc['init']}" if tc.get("init") else "",
+        f"--num-layers {tc['num_layers']} --block-size {tc['block_size']}",
+        f"--target-layer-ids {','.join(map(str, tc['target_layer_ids']))}" if tc.get("target_layer_ids") else "",
+        f"--steps {tc['steps']} --batch-size {tc['batch_size']} --anchors {tc['anchors']} --lr {tc['lr']:g} "
+        f"--gamma {tc['gamma']:g} --seed {tc['seed']} --threads {tc['threads']} --val-every {tc['val_every']}",
+    ]
+    if tc["mode"] in ("lilicorr", "head"):
+        parts.append(
+            f"--candidate-topk {tc['candidate_topk']} --head-hidden-size {tc['head_hidden_size']} "
+            f"--head-layers {tc['head_layers']} --head-heads {tc['head_heads']} --factor-dim {tc['factor_dim']} "
+            f"--logit-scale {tc['logit_scale']:g} --w-ce {hw['ce']:g} --w-margin {hw['margin']:g} "
+            f"--w-pen {hw['penalty']:g}"
+        )
+    if tc["mode"] in ("dflash2", "dspark", "domino"):
+        parts.append(f"--candidate-topk {tc['candidate_topk']} --arm-rank {tc['arm_rank']}")
+    if tc.get("head_grad_to_backbone", 1.0) != 1.0:
+        parts.append(f"--head-grad-to-backbone {tc['head_grad_to_backbone']:g}")
+    if tc.get("clip_per_module"):
+        parts.append("--clip-per-module")
+    return " ".join(p for p in parts if p)
+
+
 def _arm_line(model_dir: Path) -> list[str]:
     """Comparison arms live in a sidecar (``arm.safetensors`` + ``arm.json``) that only our engine reads."""
     if not (model_dir / "arm.json").exists():
@@ -37,9 +65,11 @@ def _arm_line(model_dir: Path) -> list[str]:
 
 
 def write_draft_card(
-    model_dir: Path, command: str, data_meta: Path, bench: Path | None = None, bench_command: str = ""
+    model_dir: Path, command: str | None, data_meta: Path, bench: Path | None = None, bench_command: str = ""
 ) -> None:
+    """``command`` None: rebuilt from the training summary (``train_command``)."""
     summary = json.loads((model_dir / "training_summary.json").read_text())
+    command = command or train_command(summary["config"])
     cfg = json.loads((model_dir / "config.json").read_text())
     meta = json.loads(Path(data_meta).read_text())
     tc = summary["config"]
