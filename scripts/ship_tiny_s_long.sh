@@ -3,6 +3,8 @@
 # steps, otherwise exactly the recipe of ship_tiny_s_drafters.sh. Vanilla DFlash and co-trained LiLiCorr
 # train in parallel (one thread each), then a LiLiCorr head is trained on the frozen long DFlash
 # backbone (HEAD_STEPS, default 2000). Every step resumes (--resume) if the session is cut.
+# The co-trained LiLiCorr uses LILICORR_OPTS (default: --clip-per-module --head-grad-to-backbone 0.25,
+# chosen from the 1500-step A/B in scripts/ab_head_gradient.sh; set LILICORR_OPTS="" for the reference).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
@@ -16,7 +18,8 @@ HEAD="--candidate-topk 8 --head-hidden-size 64 --head-layers 2 --head-heads 4 --
 [ -f $DATA ] || $L data regenerate --target $TARGET --out $DATA --num-sequences 10240 --batch-size 64 --seed 1 --threads 2
 [ -f models/tiny-s-dflash-long/config.json ] || $L train draft $COMMON --mode dflash --out models/tiny-s-dflash-long \
   --resume > runs/train-tiny-s-dflash-long.log 2>&1 &
-[ -f models/tiny-s-lilicorr-long/config.json ] || $L train draft $COMMON $HEAD --mode lilicorr \
+LILICORR_OPTS=${LILICORR_OPTS---clip-per-module --head-grad-to-backbone 0.25}
+[ -f models/tiny-s-lilicorr-long/config.json ] || $L train draft $COMMON $HEAD $LILICORR_OPTS --mode lilicorr \
   --out models/tiny-s-lilicorr-long --resume > runs/train-tiny-s-lilicorr-long.log 2>&1 &
 wait
 HCOMMON=${COMMON/--steps $STEPS/--steps ${HEAD_STEPS:-2000}}
