@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
 OUT=${OUT:-runs/bench-tiny-s-full}
-for m in models/tiny-s-dflash models/tiny-s-lilicorr models/tiny-s-dflash-head models/arms/tiny-s-dflash2 \
+for m in models/tiny-s-dflash models/tiny-s-lilicorr models/tiny-s-lilicorr-decoupled models/tiny-s-dflash-head models/arms/tiny-s-dflash2 \
   models/arms/tiny-s-dspark models/arms/tiny-s-domino models/tiny-s-dflash-long models/tiny-s-lilicorr-long \
   models/tiny-s-dflash-long-head ${EXTRA_MODELS:-}; do
   data=$(python3 -c "import json,sys; print(json.load(open('$m/training_summary.json'))['config']['data'])")
