@@ -12,6 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+from lilicorr.shipped import SHIPPED_DFLASH, SHIPPED_DRAFT, SHIPPED_TARGET
+
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -199,6 +201,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             prompts += long_prompts(corpus, tok, args.long_prompts, prompt_tokens=args.long_tokens)
     from lilicorr.bench.runner import default_arms, with_draft_lengths
 
+    if args.draft is None and args.target == SHIPPED_TARGET:  # a bare `lilicorr bench`: the shipped pair
+        args.draft = [d for d in (SHIPPED_DFLASH, SHIPPED_DRAFT) if (Path(d) / "config.json").exists()]
     arms = default_arms(args.draft or [])
     if args.num_speculative_tokens:
         arms = with_draft_lengths(arms, args.num_speculative_tokens)
@@ -421,8 +425,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_serve)
 
     s = sub.add_parser("bench", help="compare proposal arms (τ, speed, head share) on one stack")
-    s.add_argument("--target", default="models/tiny-s")
-    s.add_argument("--draft", action="append", help="draft checkpoint (repeatable)")
+    s.add_argument("--target", default=SHIPPED_TARGET)
+    s.add_argument(
+        "--draft",
+        action="append",
+        help="draft checkpoint (repeatable; default with the shipped target: the shipped pair)",
+    )
     s.add_argument("--prompts", default=None, help="JSONL (id, prompt, category); default: corpus test split")
     s.add_argument("--corpus", default="data/corpus")
     s.add_argument("--num-prompts", type=int, default=16)

@@ -12,11 +12,11 @@ from lilicorr.decoding.engine import SpecConfig, SpecEngine
 from lilicorr.serve.app import create_app
 from lilicorr.serve.loop import EngineLoop
 from lilicorr.serve.metrics import ServerMetrics
+from lilicorr.shipped import SHIPPED_DRAFT, SHIPPED_TARGET
 from lilicorr.target.runtime import TargetRuntime
 
 SPEC_KEYS = {"method", "model", "num_speculative_tokens", "draft_sample_method", "rejection_sample_method"}
-DEFAULT_TARGET = "models/tiny-s"
-DEFAULT_DRAFT = "models/tiny-s-lilicorr"
+
 DTYPES = {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -52,9 +52,9 @@ def build(
 ):
     """(app, loop) for a target and an optional speculative config; defaults: the shipped models."""
     if target_dir is None:
-        target_dir = DEFAULT_TARGET
-        if spec is None and (Path(DEFAULT_DRAFT) / "config.json").exists():
-            spec = {"method": "dflash", "model": DEFAULT_DRAFT}
+        target_dir = SHIPPED_TARGET
+        if spec is None and (Path(SHIPPED_DRAFT) / "config.json").exists():
+            spec = {"method": "dflash", "model": SHIPPED_DRAFT}
     target = TargetRuntime.load(target_dir, dtype=DTYPES[dtype])
     draft = None
     cfg = SpecConfig()
