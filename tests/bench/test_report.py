@@ -38,7 +38,9 @@ RESULTS = {
 
 
 def test_derived_ratio_and_headroom():
-    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line for line in derived_table(RESULTS, "df").splitlines()}
+    rows = {
+        tuple(c.strip() for c in line.split("|")[1:3]): line for line in derived_table(RESULTS, ["df"]).splitlines()
+    }
     assert "| 1.200 |" in rows[("0", "lc")]  # 1.8 / 1.5
     assert "| 20 % |" in rows[("0", "lc")]  # (1.8 − 1.6) / (2.6 − 1.6)
     assert "| 1.083 |" in rows[("1", "lc")]  # 1.3 / 1.2; no headroom at T=1

@@ -488,7 +488,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default="docs/RESULTS.md")
     s.add_argument("--command", default="", help="the bench command that produced the results")
     s.add_argument("--title", default="Results")
-    s.add_argument("--baseline", default=None, help="arm name the derived table divides τ by (e.g. the DFlash drafter)")
+    s.add_argument(
+        "--baseline",
+        nargs="+",
+        default=None,
+        help="arm names the derived table divides τ by (e.g. the DFlash drafters)",
+    )
     s.add_argument("--notes", default=None, help="markdown file appended as the page's 'Notes' section")
     s.set_defaults(func=_cmd_report)
 
