@@ -67,9 +67,9 @@ def _arm_line(model_dir: Path) -> list[str]:
 def write_draft_card(
     model_dir: Path, command: str | None, data_meta: Path, bench: Path | None = None, bench_command: str = ""
 ) -> None:
-    """``command`` None: rebuilt from the training summary (``train_command``)."""
+    """``command`` None: rebuilt from the training summary (``train_command``), writing to this folder."""
     summary = json.loads((model_dir / "training_summary.json").read_text())
-    command = command or train_command(summary["config"])
+    command = command or train_command({**summary["config"], "out": str(model_dir)})
     cfg = json.loads((model_dir / "config.json").read_text())
     meta = json.loads(Path(data_meta).read_text())
     tc = summary["config"]
