@@ -236,6 +236,9 @@ def run_bench(
                     res["identical_to_ar"] = res["outputs"] == ar["outputs"]
                 cache.put(key, res)
             results["runs"].append(res)
+    if sweep and out is not None:  # the acceptance figures are usable while the (long) sweep runs
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / "results.json", json.dumps(results, indent=1) + "\n")
     if sweep:
         keep = set(sweep.get("arms") or [a.name for a in arms]) | {"ar"}
         results["sweep"] = throughput_sweep(
