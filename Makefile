@@ -25,7 +25,7 @@ venv: $(BIN)/.installed
 
 # Speculative generation with the shipped LiLiCorr drafter (plain generation if it is absent),
 # with autoregressive decoding of the same prompt in the same process for the speedup.
-DRAFT ?= models/tiny-s-lilicorr
+DRAFT ?= models/tiny-s-lilicorr-long
 run: venv
 	if [ -f $(DRAFT)/config.json ]; then \
 	  $(BIN)/lilicorr generate --target models/tiny-s --draft $(DRAFT) --compare-ar --prompt '$(PROMPT)' --max-new-tokens $(MAX_NEW); \

@@ -74,9 +74,10 @@ def _plots(results: dict, out_dir: Path, prefix: str) -> list[str]:
     plt.close(fig)
     if results.get("sweep"):
         sw = results["sweep"]
-        combos = sorted({(r["tier"], r["input_len"]) for r in sw})
-        fig, axes = plt.subplots(1, len(combos), figsize=(4 * len(combos), 3.4), squeeze=False)
-        for ax, (tier, in_len) in zip(axes[0], combos, strict=True):
+        tiers = [t for t in ("low", "mixed", "high") if any(r["tier"] == t for r in sw)]
+        lens = sorted({r["input_len"] for r in sw})
+        fig, axes = plt.subplots(len(lens), len(tiers), figsize=(4.5 * len(tiers), 3.6 * len(lens)), squeeze=False)
+        for ax, (in_len, tier) in zip(axes.flat, [(n, t) for n in lens for t in tiers], strict=True):
             for arm in sorted({r["arm"] for r in sw}):
                 pts = sorted(
                     (r["concurrency"], r["tokens_per_s"])

@@ -412,7 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--speculative-config",
         default=None,
-        help='vLLM-style JSON, e.g. \'{"method": "dflash", "model": "models/tiny-s-lilicorr"}\'',
+        help='vLLM-style JSON, e.g. \'{"method": "dflash", "model": "models/tiny-s-lilicorr-long"}\'',
     )
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
