@@ -105,7 +105,9 @@ def write_draft_card(
         f"| data | `{tc['data']}`: {meta['sequences']} sequences × {meta['length']} tokens "
         f"({meta['sampled_sequences']} continued at T=1, the rest greedily), sha256[:16] `{meta['sha256_16']}` |",
         f"| data command | `lilicorr data regenerate --target {meta['config']['target']} --out {meta['config']['out']} "
-        f"--num-sequences {meta['config']['num_sequences']} --seed {meta['config']['seed']}` |",
+        f"--num-sequences {meta['config']['num_sequences']} --seed {meta['config']['seed']}"
+        + (f" --batch-size {meta['config']['batch_size']}" if "batch_size" in meta["config"] else "")
+        + "` |",
         f"| steps × batch × anchors | {summary['steps']} × {tc['batch_size']} × {tc['anchors']} |",
         f"| optimiser | AdamW fp32 master weights, lr {tc['lr']}, warm-up {tc['warmup_ratio']}, cosine, clip "
         f"{tc['grad_clip']} ({'backbone and head separately' if tc.get('clip_per_module') else 'one global norm'}), "
