@@ -89,3 +89,11 @@ def test_probabilistic_arms_run_only_when_sampling(tiny_target_dir, drafts):
     names = {(r["temperature"], r["arm"]["name"]) for r in res["runs"]}
     assert names == {(0.0, "ar"), (1.0, "ar"), (1.0, "lc:prob"), (1.0, "df:prob")}
     assert all(r["arm"]["draft_sample_method"] == "probabilistic" for r in res["runs"] if r["arm"]["name"] != "ar")
+
+
+def test_sweep_skips_oracle_and_probabilistic_arms(tiny_target_dir, drafts):
+    arms = default_arms(drafts)
+    sweep = {"concurrencies": [1], "input_lens": [8], "max_tokens": 3}
+    res = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 4, arms=arms, sweep=sweep)
+    swept = {r["arm"] for r in res["sweep"]}
+    assert swept == {a.name for a in arms if a.method != "oracle" and a.draft_sample_method == "greedy"}

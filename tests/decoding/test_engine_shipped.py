@@ -14,7 +14,9 @@ from lilicorr.target.runtime import TargetRuntime
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "models" / "tiny-s"
-DRAFTS = [ROOT / "models" / n for n in ("tiny-s-dflash", "tiny-s-lilicorr", "tiny-s-dflash-long", "tiny-s-lilicorr-long")]
+DRAFTS = [
+    ROOT / "models" / n for n in ("tiny-s-dflash", "tiny-s-lilicorr", "tiny-s-dflash-long", "tiny-s-lilicorr-long")
+]
 PROMPTS = [
     "def parse_args(argv):\n    parser = argparse.ArgumentParser(",
     "The module provides functions for working with",

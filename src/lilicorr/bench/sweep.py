@@ -60,9 +60,9 @@ def throughput_sweep(
     """
     tok = target.tokenizer
     rows = []
-    bar = tqdm(
-        total=len(TIERS) * len(input_lens) * sum(a.method != "oracle" for a in arms), desc="sweep", mininterval=5
-    )
+    # greedy (T = 0) decoding: the oracle needs references and the probabilistic draft equals the greedy one
+    arms = [a for a in arms if a.method != "oracle" and a.draft_sample_method != "probabilistic"]
+    bar = tqdm(total=len(TIERS) * len(input_lens) * len(arms), desc="sweep", mininterval=5)
     for tier in TIERS:
         pool = [p for p in prompts if tiers.get(p["id"]) == tier]
         if not pool:
