@@ -49,13 +49,14 @@ def _cmd_data_corpus(args: argparse.Namespace) -> int:
 def _cmd_data_regenerate(args: argparse.Namespace) -> int:
     import torch
 
+    from lilicorr.data.corpus import ensure_corpus
     from lilicorr.training.regenerate import RegenConfig, regenerate
 
     torch.set_num_threads(args.threads)
     meta = regenerate(
         RegenConfig(
             target=args.target,
-            corpus=args.corpus,
+            corpus=str(ensure_corpus(Path(args.corpus))),  # built on first use, as for bench
             out=args.out,
             num_sequences=args.num_sequences,
             prompt_tokens=args.prompt_tokens,
