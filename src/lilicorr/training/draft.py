@@ -361,6 +361,7 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
         {"event": "start", "config": asdict(cfg), "world": world, "params": sum(p.numel() for p in model.parameters())}
     )
     step_fn = DraftStep(cfg, target, model, arm)
+    clip_groups = [g for g in ([p for p in grp if p.requires_grad] for grp in _param_groups(trainable)) if g]
     per_rank = cfg.batch_size // world
     trainable.train()
     while not run.done:
@@ -378,8 +379,7 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
                 if p.grad is not None:
                     dist.all_reduce(p.grad)
         if cfg.clip_per_module:
-            groups = [[p for p in g if p.requires_grad] for g in _param_groups(trainable)]
-            norms = [torch.nn.utils.clip_grad_norm_(g, cfg.grad_clip) for g in groups if g]
+            norms = [torch.nn.utils.clip_grad_norm_(g, cfg.grad_clip) for g in clip_groups]
             gnorm = torch.stack(norms).norm()  # logged as the global norm before clipping
         else:
             gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
