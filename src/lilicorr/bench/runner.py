@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from lilicorr.checkpoint import load_draft
 from lilicorr.data.atomic import atomic_write_text
+from lilicorr.data.chat import row_ids
 from lilicorr.decoding.engine import SpecConfig, SpecEngine
 from lilicorr.decoding.proposers import ArmProposer, OracleLatticeProposer
 from lilicorr.decoding.request import Request
@@ -111,7 +112,7 @@ def run_arm(
     tok = target.tokenizer
     reqs = [
         Request(
-            tok.encode(p["prompt"], add_special_tokens=False),
+            row_ids(tok, p),
             SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed + i, ignore_eos=True),
             id=p["id"],
             eos_ids=frozenset(target.eos_token_ids),

@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from lilicorr.bench.cache import weights_id
 from lilicorr.bench.runner import Arm, _engine
+from lilicorr.data.chat import row_ids
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.decoding.stats import SpecStats
@@ -28,7 +29,7 @@ TIERS = ("low", "mixed", "high")
 def entropy_tiers(target: TargetRuntime, prompts: list[dict]) -> dict[str, str]:
     """Prompt id → tier by the target's mean predictive entropy over the prompt (thirds)."""
     tok = target.tokenizer
-    ids = [tok.encode(p["prompt"], add_special_tokens=False) for p in prompts]
+    ids = [row_ids(tok, p) for p in prompts]
     scores = []
     for i in range(0, len(ids), 8):
         chunk = ids[i : i + 8]
@@ -68,7 +69,7 @@ def throughput_sweep(
         if not pool:
             continue
         for in_len in input_lens:
-            base = [tok.encode(p["prompt"], add_special_tokens=False) for p in pool]
+            base = [row_ids(tok, p) for p in pool]
             base = [(b * (in_len // max(1, len(b)) + 1))[:in_len] for b in base]  # repeat/trim to in_len tokens
             for arm in arms:
                 bar.update()

@@ -17,7 +17,17 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", required=True, help="local Hugging Face causal-LM folder")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="one prompt")
-    src.add_argument("--prompts", help="JSONL file with fields id, prompt, optional category")
+    src.add_argument(
+        "--prompts",
+        help="JSONL file: rows with 'messages' (chat, e.g. from `lilicorr data prompts`) or 'prompt'; "
+        "optional id, category",
+    )
+    p.add_argument(
+        "--chat",
+        action="store_true",
+        help="wrap a plain prompt as one user message under the target's chat template (rows with "
+        "'messages' always get the template)",
+    )
     p.add_argument("--draft", help="DFlashDraftModel / LiLiCorrDraftModel checkpoint folder")
     p.add_argument(
         "--method",
@@ -43,20 +53,15 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
 
 
 def read_prompts(path: Path) -> list[dict]:
-    """Prompts JSONL: ``id`` and ``prompt`` required, ``category`` optional, other fields ignored."""
+    """Prompts JSONL: rows with ``messages`` or ``prompt``; ``id`` and ``category`` optional."""
+    from lilicorr.data.prompt_sets import read_prompt_rows
+
     if not path.exists():
         raise SystemExit(f"error: prompts file {path} not found")
-    records = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise SystemExit(f"error: {path}:{n}: not valid JSON ({e.msg})") from e
-        if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
-            raise SystemExit(f"error: {path}:{n}: field 'prompt' (string) is missing")
-        records.append({"id": str(rec.get("id", n)), "prompt": rec["prompt"], "category": rec.get("category")})
+    try:
+        records = read_prompt_rows(path)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from e
     if not records:
         raise SystemExit(f"error: {path}: no prompts")
     return records
@@ -90,6 +95,7 @@ def run_generate(args: argparse.Namespace) -> int:
     import torch
 
     from lilicorr.checkpoint import CheckpointError, load_draft
+    from lilicorr.data.chat import row_ids
     from lilicorr.decoding.engine import SpecConfig, SpecEngine
     from lilicorr.decoding.request import Request
     from lilicorr.decoding.sampling import SamplingParams
@@ -129,7 +135,7 @@ def run_generate(args: argparse.Namespace) -> int:
             seed=args.seed,
             ignore_eos=args.ignore_eos,
         )
-        return Request(tok.encode(rec["prompt"], add_special_tokens=False), params, id=rec["id"], eos_ids=eos)
+        return Request(row_ids(tok, rec, chat=args.chat), params, id=str(rec["id"]), eos_ids=eos)
 
     totals = {"spec_tokens": 0, "spec_s": 0.0, "ar_tokens": 0, "ar_s": 0.0}
     for rec in prompts:

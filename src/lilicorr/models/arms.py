@@ -131,7 +131,9 @@ def teacher_forced_loss(
         hit = cand == labels[..., None]
         # Truth missing from the top-K: inject it into the loss candidate set (last column) only.
         inject = ~hit.any(-1)
-        cand = torch.where(inject[..., None] & (torch.arange(arm.k) == arm.k - 1), labels[..., None], cand)
+        cand = torch.where(
+            inject[..., None] & (torch.arange(arm.k, device=labels.device) == arm.k - 1), labels[..., None], cand
+        )
         unary_live = base.gather(-1, cand)
         sc = arm.scores(hidden, cand, unary_live, prev)
         tgt = (cand == labels[..., None]).float().argmax(-1)

@@ -155,7 +155,10 @@ def training_block_mask(anchors: torch.Tensor, ctx_len: int, block: int) -> torc
     """
     b, n = anchors.shape
     q = n * block
-    ctx_vis = torch.arange(ctx_len)[None, None, :] < anchors.repeat_interleave(block, dim=1)[:, :, None]
-    blk = torch.arange(q) // block
+    ctx_vis = (
+        torch.arange(ctx_len, device=anchors.device)[None, None, :]
+        < anchors.repeat_interleave(block, dim=1)[:, :, None]
+    )
+    blk = torch.arange(q, device=anchors.device) // block
     own = (blk[:, None] == blk[None, :])[None].expand(b, q, q)
     return torch.cat([ctx_vis, own], dim=2)

@@ -53,3 +53,9 @@ def default_target_layer_ids(num_target_layers: int, num_features: int) -> list[
     if n - 4 >= num_features - 1:
         return [round(1 + i * (n - 4) / (num_features - 1)) for i in range(num_features)]
     return sorted({round(i * (n - 1) / (num_features - 1)) for i in range(num_features)})
+
+
+def default_layer_ids_for(num_target_layers: int) -> list[int]:
+    """The trainer's default taps: five spread layers, or every layer but the last for shallow targets."""
+    n = num_target_layers
+    return default_target_layer_ids(n, 5) if n >= 8 else list(range(n - 1)) or [0]

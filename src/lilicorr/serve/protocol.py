@@ -144,18 +144,9 @@ def completion_prompt(body: dict, tokenizer) -> list[int]:
 
 
 def chat_prompt(body: dict, tokenizer) -> list[int]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise RequestError("'messages' must be a non-empty list", "messages")
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise RequestError(f"messages[{i}] must be an object with a string 'role'", "messages")
-        content = m.get("content")
-        if isinstance(content, list):  # content parts: keep the text ones
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-            m = {**m, "content": content}
-            messages[i] = m
-        if not isinstance(m.get("content"), str):
-            raise RequestError(f"messages[{i}].content must be a string", "messages")
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return tokenizer.encode(text, add_special_tokens=False)
+    from lilicorr.data.chat import ChatError, chat_ids
+
+    try:
+        return chat_ids(tokenizer, body.get("messages"))
+    except ChatError as e:
+        raise RequestError(str(e), e.field) from e

@@ -7,8 +7,11 @@ Modes:
   the backbone through the pass hidden states, the live candidate log-probs and the anchor;
 - ``head``: the head alone on a frozen backbone (e.g. an existing DFlash drafter, ``--init``).
 
-The target runs online (taps and logits under ``no_grad``). Optimiser state and master weights
-are fp32; forwards use bf16 autocast. Under ``torchrun`` each process takes a slice of the global
+The target runs online (taps and final hidden state under ``no_grad``) or is read back from a
+feature cache (``--features``, made once by ``lilicorr data features`` and shared by every drafter
+trained on the same data). Optimiser state and master weights are fp32; forwards use bf16
+autocast (``--fp32`` where bf16 matmuls are slow, e.g. CPUs without AMX/AVX512-bf16).
+Under ``torchrun`` each process takes a slice of the global
 batch (sampled identically everywhere) and losses are divided by global denominators, so N
 processes reproduce one process at the same global batch.
 """
@@ -28,7 +31,7 @@ from lilicorr.checkpoint import load_draft, save_draft
 from lilicorr.decoding.walk import walk_greedy
 from lilicorr.models.backbone import training_block_mask
 from lilicorr.models.config import DraftConfig, LiLiCorrGeometry
-from lilicorr.models.draft import DraftModel, default_target_layer_ids
+from lilicorr.models.draft import DraftModel, default_layer_ids_for
 from lilicorr.target.runtime import TargetRuntime
 from lilicorr.training.losses import (
     HeadLossWeights,
@@ -89,6 +92,9 @@ class DraftTrainConfig:
     checkpoint_minutes: float = 4.0
     threads: int = 1
     bf16: bool = True
+    features: str | None = None  # feature cache (lilicorr data features); None: target forward online
+    mask_token: str = ""  # DFlash mask token; "" = '<|mask|>' if the vocabulary has it, else '<empty_output>'
+    device: str = "auto"  # auto | cpu | cuda
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -105,13 +111,43 @@ def _lr(step: int, cfg: DraftTrainConfig) -> float:
     return cfg.lr * 0.5 * (1 + math.cos(math.pi * prog))
 
 
+# Targets without a mask token (most chat models): a rarely used special token of their own
+# vocabulary serves as DFlash's mask, since the vocabulary (shared LM head) must not change.
+# SmolLM2: '<empty_output>' (id 16), one of its unused code-dataset markers.
+MASK_TOKEN_FALLBACKS = ("<|mask|>", "<empty_output>")
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device {device!r}: expected auto, cpu or cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda': no CUDA device is available to torch here")
+    return device
+
+
+def mask_token_id(tokenizer, name: str = "") -> int:
+    """Id of the DFlash mask token: ``name`` if given, else the first of ``MASK_TOKEN_FALLBACKS`` present."""
+    vocab = tokenizer.get_vocab()
+    for tok in [name] if name else MASK_TOKEN_FALLBACKS:
+        if tok in vocab:
+            return int(vocab[tok])
+    raise ValueError(
+        f"tokenizer has no mask token ({name or ' or '.join(MASK_TOKEN_FALLBACKS)}); "
+        "pass --mask-token with a rarely used special token of the target's vocabulary"
+    )
+
+
 def build_draft_config(cfg: DraftTrainConfig, target: TargetRuntime) -> DraftConfig:
     tc = target.model.config
     n = tc.num_hidden_layers
-    layer_ids = cfg.target_layer_ids or (default_target_layer_ids(n, 5) if n >= 8 else list(range(n - 1)) or [0])
-    mask_id = target.tokenizer.convert_tokens_to_ids("<|mask|>")
-    if mask_id is None or mask_id == target.tokenizer.unk_token_id:
-        raise ValueError(f"target {target.path}: tokenizer has no '<|mask|>' token for the DFlash mask id")
+    layer_ids = cfg.target_layer_ids or default_layer_ids_for(n)
+    try:
+        mask_id = mask_token_id(target.tokenizer, cfg.mask_token)
+    except ValueError as e:
+        raise ValueError(f"target {target.path}: {e}") from e
+    rope = getattr(tc, "rope_theta", None) or (getattr(tc, "rope_parameters", None) or {}).get("rope_theta")
     geometry = None
     if cfg.mode in ("lilicorr", "head"):
         geometry = LiLiCorrGeometry(
@@ -136,7 +172,7 @@ def build_draft_config(cfg: DraftTrainConfig, target: TargetRuntime) -> DraftCon
         mask_token_id=int(mask_id),
         target_layer_ids=layer_ids,
         rms_norm_eps=tc.rms_norm_eps,
-        rope_theta=float(getattr(tc, "rope_theta", None) or 10000.0),
+        rope_theta=float(rope or 10000.0),
         max_position_embeddings=tc.max_position_embeddings,
         num_target_layers=n,
         lilicorr=geometry,
@@ -174,26 +210,32 @@ class DraftStep:
         anchors: torch.Tensor,
         valid: torch.Tensor,
         want_metrics: bool = False,
+        feats: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> dict[str, torch.Tensor]:
+        """``feats``: cached (taps ``[b, t, F·H]``, final hidden ``[b, t, H]``); None runs the target."""
         cfg, model, target, blk = self.cfg, self.model, self.target, self.block
         b, t = tokens.shape
         n = anchors.shape[1]
-        with torch.no_grad():
-            out = target.model(input_ids=tokens, output_hidden_states=True)
-            taps = torch.cat([out.hidden_states[i + 1] for i in model.cfg.target_layer_ids], -1)  # [b, t, F]
-            tlogits = out.logits  # [b, t, V]
+        dev = tokens.device
+        if feats is None:
+            from lilicorr.training.features import target_features
+
+            taps, final = target_features(target.model, tokens, model.cfg.target_layer_ids)
+        else:
+            taps, final = (f.to(dev, non_blocking=True) for f in feats)
+        taps = taps.float() if not cfg.bf16 else taps
         freeze_backbone = cfg.mode == "head"
         with (
-            torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16),
+            torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.bf16),
             torch.set_grad_enabled(torch.is_grad_enabled() and not freeze_backbone),
         ):
             ctx = model.fuse(taps)  # [b, t, H]
-            pos = torch.arange(t).expand(b, t)
+            pos = torch.arange(t, device=dev).expand(b, t)
             kv = model.context_kv(ctx, pos)
-            block_ids = torch.full((b, n, blk), model.cfg.mask_token_id)
+            block_ids = torch.full((b, n, blk), model.cfg.mask_token_id, device=dev)
             block_ids[:, :, 0] = torch.gather(tokens, 1, anchors)
             emb = target.embed_tokens(block_ids.flatten(1))  # [b, n·B, H]
-            bpos = (anchors[..., None] + torch.arange(blk)).flatten(1)
+            bpos = (anchors[..., None] + torch.arange(blk, device=dev)).flatten(1)
             hidden = model(emb, bpos, kv, training_block_mask(anchors, t, blk), blk).view(b, n, blk, -1)
             ph = hidden[:, :, 1:]  # [b, n, S, H] pass hidden (after norm)
             logits = target.lm_head(ph)  # [b, n, S, V]
@@ -214,21 +256,23 @@ class DraftStep:
             lp = lf.gather(-1, ids) - torch.logsumexp(lf, -1, keepdim=True)  # live log-probs
             emb_c = target.embed_tokens(ids).detach()
             anchor_rows = torch.gather(h_ctx, 1, (anchors - 1).clamp_min(0)[..., None].expand(b, n, ctx.shape[-1]))
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.bf16):
                 scores = model.lilicorr(
                     h_ph.flatten(0, 1), emb_c, lp, anchor_rows.flatten(0, 1), (anchors >= 1).flatten()
                 )
             s = blk - 1
-            zpos = (anchors[..., None] + torch.arange(s)).flatten(1)  # target row p+s predicts slot s
-            zt = torch.gather(tlogits, 1, zpos[..., None].expand(b, n * s, tlogits.shape[-1]))
-            zt = zt.view(b * n, s, -1)
+            zpos = (anchors[..., None] + torch.arange(s, device=dev)).flatten(1)  # target row p+s predicts slot s
+            # the target's logits only where the head loss reads them: lm_head(final hidden) = logits
+            zf = torch.gather(final, 1, zpos[..., None].expand(b, n * s, final.shape[-1]))
+            with torch.no_grad():
+                zt = target.lm_head(zf.to(target.lm_head.weight.dtype)).float().view(b * n, s, -1)
             res["head_sum"], res["head_den"] = head_loss(scores, ids, labels, zt, vflat, cfg.head_weights)
             if want_metrics:
                 walk_ids = ids.gather(-1, walk_greedy(scores)[..., None]).squeeze(-1)
         if self.arm is not None:
             from lilicorr.models.arms import teacher_forced_loss
 
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.bf16):
                 res["head_sum"], res["head_den"] = teacher_forced_loss(
                     self.arm,
                     h_ph.flatten(0, 1),
@@ -278,7 +322,7 @@ def _all_reduce(x: torch.Tensor) -> torch.Tensor:
 
 def combine_losses(res: dict[str, torch.Tensor], cfg: DraftTrainConfig) -> torch.Tensor:
     """Loss of this process's slice, normalised by the global denominators."""
-    loss = torch.zeros(())
+    loss = torch.zeros((), device=next(iter(res.values())).device)
     if "dflash_sum" in res:
         loss = loss + res["dflash_sum"] / _all_reduce(res["dflash_den"]).clamp_min(1e-6)
     if "head_sum" in res:
@@ -302,17 +346,39 @@ def summarize_metrics(sums: dict[str, torch.Tensor], block: int) -> dict:
     return out
 
 
+class Batches:
+    """Training sequences by index, with their cached features when there is a cache, on the device."""
+
+    def __init__(self, cfg: DraftTrainConfig, layer_ids: list[int], device: str):
+        data = load_regenerated(cfg.data)
+        self.tokens, self.mask = data["tokens"].long(), data["loss_mask"].bool()
+        self.store = None
+        if cfg.features:
+            from lilicorr.training.features import FeatureStore
+
+            self.store = FeatureStore(cfg.features, data["tokens"], layer_ids)
+            self.tokens, self.mask = self.tokens[:, : self.store.length], self.mask[:, : self.store.length]
+        self.device = device
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def get(self, idx: torch.Tensor):
+        feats = self.store.get(idx) if self.store is not None else None
+        return self.tokens[idx].to(self.device), self.mask[idx], feats
+
+
 @torch.no_grad()
-def validate(step_fn: DraftStep, tokens: torch.Tensor, mask: torch.Tensor, cfg: DraftTrainConfig) -> dict:
+def validate(step_fn: DraftStep, batches: Batches, val_idx: torch.Tensor, cfg: DraftTrainConfig) -> dict:
     step_fn.model.eval()
     gen = torch.Generator().manual_seed(12345)
     sums: dict[str, torch.Tensor] = {}
-    for i in range(0, len(tokens), cfg.batch_size):
-        tk, mk = tokens[i : i + cfg.batch_size], mask[i : i + cfg.batch_size]
+    for i in range(0, len(val_idx), cfg.batch_size):
+        tk, mk, feats = batches.get(val_idx[i : i + cfg.batch_size])
         anchors, valid = sample_anchors(mk, cfg.anchors, step_fn.block, gen)
-        res = step_fn(tk, mk, anchors, valid, want_metrics=True)
+        res = step_fn(tk, mk, anchors.to(tk.device), valid.to(tk.device), want_metrics=True, feats=feats)
         for k, v in res.items():
-            sums[k] = sums.get(k, 0) + v.detach()
+            sums[k] = sums.get(k, 0) + v.detach().cpu()
     step_fn.model.train()
     out = summarize_metrics(sums, step_fn.block)
     if "dflash_sum" in sums:
@@ -325,8 +391,13 @@ def validate(step_fn: DraftStep, tokens: torch.Tensor, mask: torch.Tensor, cfg: 
 def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
     cfg.validate()
     world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    device = resolve_device(cfg.device)
+    if device == "cuda":
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        device = f"cuda:{local}"
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group("gloo")
+        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
     torch.set_num_threads(cfg.threads)
     if cfg.batch_size % world:
         raise ValueError(f"batch_size {cfg.batch_size} must be divisible by the number of processes {world}")
@@ -335,12 +406,13 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
     target = TargetRuntime.load(cfg.target)
     for p in target.model.parameters():
         p.requires_grad_(False)
-    data = load_regenerated(cfg.data)
-    tokens, mask = data["tokens"].long(), data["loss_mask"].bool()
-    n_val = min(cfg.val_sequences, len(tokens) // 5)
-    train_tok, train_mask = tokens[n_val:], mask[n_val:]
-    val_tok, val_mask = tokens[:n_val], mask[:n_val]
     model = build_model(cfg, target)
+    target.model.to(device)
+    model.to(device)
+    batches = Batches(cfg, model.cfg.target_layer_ids, device)
+    n_val = min(cfg.val_sequences, len(batches) // 5)
+    val_idx = torch.arange(n_val)
+    train_mask = batches.mask[n_val:]
     if cfg.mode == "head":
         for name, p in model.named_parameters():
             p.requires_grad_(name.startswith("lilicorr."))
@@ -350,6 +422,7 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
 
         torch.manual_seed(cfg.seed + 2)
         arm = build_arm(cfg.mode, model.cfg.vocab_size, model.cfg.hidden_size, cfg.arm_rank, cfg.candidate_topk)
+        arm.to(device)
     trainable = torch.nn.ModuleDict({"draft": model, **({"arm": arm} if arm is not None else {})})
     params = [p for p in trainable.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
@@ -367,10 +440,11 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
     while not run.done:
         for g in opt.param_groups:
             g["lr"] = _lr(run.step, cfg)
-        idx = torch.randint(len(train_tok), (cfg.batch_size,), generator=gen)  # global batch, same on every rank
+        idx = torch.randint(len(train_mask), (cfg.batch_size,), generator=gen)  # global batch, same on every rank
         anchors, valid = sample_anchors(train_mask[idx], cfg.anchors, step_fn.block, gen)
         sl = slice(rank * per_rank, (rank + 1) * per_rank)
-        res = step_fn(train_tok[idx][sl], train_mask[idx][sl], anchors[sl], valid[sl])
+        tk, mk, feats = batches.get(idx[sl] + n_val)
+        res = step_fn(tk, mk, anchors[sl].to(device), valid[sl].to(device), feats=feats)
         loss = combine_losses(res, cfg)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -387,7 +461,7 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
         global_loss = float(_all_reduce(loss.detach()))
         run.finish_step(
             {"loss": round(global_loss, 5), "gnorm": round(float(gnorm), 4)},
-            validate=(lambda: validate(step_fn, val_tok, val_mask, cfg)) if n_val else None,
+            validate=(lambda: validate(step_fn, batches, val_idx, cfg)) if n_val else None,
             val_every=cfg.val_every,
         )
     run.close()
@@ -401,12 +475,13 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
         "config": asdict(cfg),
     }
     if rank == 0:
+        model.cpu()
         save_draft(model, cfg.out, extra_files={"training_summary.json": json.dumps(summary, indent=2) + "\n"})
         if arm is not None:
             from lilicorr.models.arms import save_arm
 
             save_arm(
-                arm,
+                arm.cpu(),
                 Path(cfg.out),
                 {
                     "vocab": model.cfg.vocab_size,

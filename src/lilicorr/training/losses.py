@@ -45,7 +45,7 @@ def sample_anchors(
 
 def block_labels(tokens: torch.Tensor, anchors: torch.Tensor, block: int) -> torch.Tensor:
     """Tokens at positions ``p+1 .. p+B−1`` of each anchor: ``[batch, n, B−1]``."""
-    idx = anchors[..., None] + torch.arange(1, block)  # [b, n, S]
+    idx = anchors[..., None] + torch.arange(1, block, device=anchors.device)  # [b, n, S]
     return torch.gather(tokens, 1, idx.flatten(1).clamp_max(tokens.shape[1] - 1)).view(idx.shape)
 
 
@@ -57,7 +57,7 @@ def dflash_loss(
     logits ``[M, S, V]``, labels ``[M, S]``, valid ``[M]`` blocks.
     """
     s = labels.shape[1]
-    w = torch.exp(-torch.arange(s, dtype=torch.float32) / gamma)  # k−1 = 0..S−1
+    w = torch.exp(-torch.arange(s, dtype=torch.float32, device=labels.device) / gamma)  # k−1 = 0..S−1
     ce = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape)
     wv = w[None] * valid[:, None].float()
     return (ce * wv).sum(), wv.sum()
@@ -99,7 +99,7 @@ def head_loss(
     gt, _, mask = lattice_truth(ids, labels, valid)
     rows = [scores.start]  # node_0
     for j in range(1, s):  # node_s = pair[s−1, gt_{s−1}, :] (teacher forcing on the true predecessor)
-        rows.append(scores.pair[torch.arange(m), j - 1, gt[:, j - 1]])
+        rows.append(scores.pair[torch.arange(m, device=gt.device), j - 1, gt[:, j - 1]])
     node = torch.stack(rows, 1)  # [M, S, K]
     logp = torch.log_softmax(node, -1)
     ce = -logp.gather(-1, gt[..., None]).squeeze(-1)

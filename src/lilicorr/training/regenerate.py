@@ -1,9 +1,15 @@
-"""Drafter training data: corpus prompts continued by the target itself (``lilicorr data regenerate``).
+"""Drafter training data: prompts answered by the target itself (``lilicorr data regenerate``).
 
 A drafter is judged by how often it predicts *the target's* next tokens, so it learns from the
 target's own continuations, not from the corpus text. Half the sequences are continued greedily
 and half by sampling at T = 1 (recorded per sequence), which covers both serving regimes. Work is
 saved in shards, so an interrupted run resumes where it stopped.
+
+Two prompt sources: fixed-length windows of the corpus (raw continuation, for the tiny targets),
+or a prompts JSONL (``--prompts``, e.g. ShareGPT) whose rows get the target's chat template and
+whose answers stop at EOS, as in serving. Chat rows have different lengths: each row is stored
+right-padded to ``max_prompt_tokens + new_tokens`` with ``loss_mask`` on the answer only, which
+a causal target and the anchor sampler both handle without an attention mask.
 """
 
 from __future__ import annotations
@@ -38,6 +44,24 @@ class RegenConfig:
     sampled_fraction: float = 0.5
     seed: int = 0
     split: str = "train"
+    prompts: str | None = None  # prompts JSONL (chat rows); None: corpus windows
+    max_prompt_tokens: int = 256  # chat rows with a longer templated prompt are skipped
+    dtype: str = "float32"  # target weights while generating (bf16 is faster on AMX CPUs and GPUs)
+
+
+def _chat_prompts(cfg: RegenConfig, tokenizer) -> list[list[int]]:
+    """Templated prompts of the JSONL rows in file order, skipping those over ``max_prompt_tokens``."""
+    from lilicorr.data.chat import row_ids
+    from lilicorr.data.prompt_sets import read_prompt_rows
+
+    out = []
+    for row in read_prompt_rows(Path(cfg.prompts)):
+        ids = row_ids(tokenizer, row, chat=True)
+        if len(ids) <= cfg.max_prompt_tokens:
+            out.append(ids)
+        if len(out) >= cfg.num_sequences:
+            break
+    return out
 
 
 def _prompts(cfg: RegenConfig, tokenizer) -> list[list[int]]:
@@ -65,11 +89,14 @@ def regenerate(cfg: RegenConfig) -> dict:
     out = Path(cfg.out)
     shard_dir = out.with_name(out.name + ".shards")
     shard_dir.mkdir(parents=True, exist_ok=True)
-    target = TargetRuntime.load(cfg.target)
-    prompts = _prompts(cfg, target.tokenizer)
+    target = TargetRuntime.load(cfg.target, dtype=getattr(torch, cfg.dtype))
+    chat = cfg.prompts is not None
+    prompts = _chat_prompts(cfg, target.tokenizer) if chat else _prompts(cfg, target.tokenizer)
     n_batches = (len(prompts) + cfg.batch_size - 1) // cfg.batch_size
     engine = SpecEngine(target)
-    length = cfg.prompt_tokens + cfg.new_tokens
+    length = (cfg.max_prompt_tokens if chat else cfg.prompt_tokens) + cfg.new_tokens
+    eos = frozenset(target.eos_token_ids)
+    pad = min(eos) if eos else 0
     for bi in tqdm(range(n_batches), desc="regenerate", mininterval=5):
         shard = shard_dir / f"{bi:05d}.safetensors"
         if shard.exists():
@@ -83,17 +110,21 @@ def regenerate(cfg: RegenConfig) -> dict:
                 prompts[i],
                 SamplingParams(
                     max_tokens=cfg.new_tokens,
-                    ignore_eos=True,
+                    ignore_eos=not chat,  # chat answers end at EOS, as when served
                     temperature=1.0 if s else 0.0,
                     seed=cfg.seed * 1_000_003 + i,
                 ),
+                eos_ids=eos,
             )
             for i, s in zip(rows, sampled, strict=True)
         ]
         engine.generate(reqs)
-        tokens = torch.tensor([r.prompt_ids + r.output_ids for r in reqs], dtype=torch.int32)  # [b, length]
+        tokens = torch.full((len(reqs), length), pad, dtype=torch.int32)  # [b, length], right-padded
         mask = torch.zeros(len(reqs), length, dtype=torch.bool)
-        mask[:, cfg.prompt_tokens :] = True
+        for j, r in enumerate(reqs):
+            seq = (r.prompt_ids + r.output_ids)[:length]
+            tokens[j, : len(seq)] = torch.tensor(seq, dtype=torch.int32)
+            mask[j, len(r.prompt_ids) : len(seq)] = True
         tensors = {"tokens": tokens, "loss_mask": mask, "sampled": torch.tensor(sampled)}
         atomic_write(shard, lambda p, t=tensors: save_file(t, str(p)))
     parts = [load_file(str(shard_dir / f"{bi:05d}.safetensors")) for bi in range(n_batches)]
@@ -105,6 +136,7 @@ def regenerate(cfg: RegenConfig) -> dict:
         "sequences": int(merged["tokens"].shape[0]),
         "length": length,
         "sampled_sequences": int(merged["sampled"].sum()),
+        "answer_tokens": int(merged["loss_mask"].sum()),
         "sha256_16": digest,
         "note": "rows with sampled=1 were continued at T=1 (seeded per row), the rest greedily",
     }

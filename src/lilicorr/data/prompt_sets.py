@@ -1,0 +1,155 @@
+"""Real prompt sets as chat rows ``{id, category, messages}`` (``lilicorr data prompts``).
+
+- ``mt-bench``: the 80 MT-Bench questions, turn 1, with their category (what DFlash and the
+  LiLiCorr paper report);
+- ``humaneval``: the 164 HumanEval problems, asking the model to complete the function;
+- ``sharegpt``: the first human turn of ShareGPT V3 conversations (what DFlash/EAGLE drafters train
+  on and what ``vllm bench serve`` replays), minus any prompt that appears in the evaluation sets.
+
+The ShareGPT JSON inside its wheel is truncated mid-record, so it is read record by record and the
+cut-off tail is dropped instead of failing the whole file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+SETS = ("sharegpt", "mt-bench", "humaneval")
+
+
+def _normalise(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip().lower()
+
+
+def iter_json_array(text: str) -> Iterator[dict]:
+    """Objects of a JSON array one by one; stops quietly at a truncated last record."""
+    dec = json.JSONDecoder()
+    i = text.find("[")
+    if i < 0:
+        raise ValueError("expected a JSON array (no '[' found)")
+    i += 1
+    n = len(text)
+    while True:
+        while i < n and text[i] in " \t\r\n,":
+            i += 1
+        if i >= n or text[i] == "]":
+            return
+        try:
+            obj, i = dec.raw_decode(text, i)
+        except json.JSONDecodeError:
+            return  # the truncated tail
+        yield obj
+
+
+def read_mt_bench(path: Path) -> list[dict]:
+    rows = []
+    for line_no, line in enumerate(Path(path).read_text(encoding="utf-8").split("\n"), 1):
+        if not line.strip():
+            continue
+        q = json.loads(line)
+        if not q.get("turns"):
+            raise ValueError(f"{path}:{line_no}: field 'turns' missing or empty")
+        rows.append(
+            {
+                "id": f"mt-bench-{q['question_id']}",
+                "category": q.get("category", "mt-bench"),
+                "messages": [{"role": "user", "content": q["turns"][0]}],
+            }
+        )
+    return rows
+
+
+HUMANEVAL_INSTRUCTION = "Complete the following Python function. Answer with the whole function in one code block.\n\n"
+
+
+def read_humaneval(path: Path) -> list[dict]:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    rows = []
+    with opener(path, "rt", encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            p = json.loads(line)
+            if "prompt" not in p or "task_id" not in p:
+                raise ValueError(f"{path}:{line_no}: expected fields 'task_id' and 'prompt'")
+            rows.append(
+                {
+                    "id": p["task_id"].replace("/", "-").lower(),
+                    "category": "humaneval",
+                    "messages": [{"role": "user", "content": f"{HUMANEVAL_INSTRUCTION}```python\n{p['prompt']}```"}],
+                }
+            )
+    return rows
+
+
+def read_sharegpt(path: Path, exclude: list[str] | None = None, min_chars: int = 8) -> list[dict]:
+    """First human turn of each conversation; prompts equal to or containing an ``exclude`` text are dropped."""
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    banned = {_normalise(e) for e in exclude or []}
+    long_banned = [b for b in banned if len(b) >= 40]
+    rows = []
+    for rec in iter_json_array(text):
+        conv = rec.get("conversations") or []
+        if not conv or conv[0].get("from") != "human":
+            continue
+        content = conv[0].get("value") or ""
+        if len(content.strip()) < min_chars:
+            continue
+        norm = _normalise(content)
+        if norm in banned or any(b in norm for b in long_banned):
+            continue
+        rows.append(
+            {
+                "id": f"sharegpt-{rec.get('id', len(rows))}",
+                "category": "sharegpt",
+                "messages": [{"role": "user", "content": content}],
+            }
+        )
+    return rows
+
+
+def evaluation_texts() -> list[str]:
+    """Every prompt text of the evaluation sets, for decontaminating training prompts."""
+    from lilicorr.data.wheels import fetch
+
+    texts = []
+    for q in (json.loads(x) for x in fetch("mt-bench").read_text().splitlines() if x.strip()):
+        texts.extend(q["turns"])
+    with gzip.open(fetch("humaneval"), "rt") as f:
+        texts.extend(json.loads(x)["prompt"] for x in f if x.strip())
+    return texts
+
+
+def load_set(name: str) -> list[dict]:
+    """Rows of a named set, from its pinned wheel."""
+    from lilicorr.data.wheels import fetch
+
+    if name == "mt-bench":
+        return read_mt_bench(fetch("mt-bench"))
+    if name == "humaneval":
+        return read_humaneval(fetch("humaneval"))
+    if name == "sharegpt":
+        return read_sharegpt(fetch("sharegpt"), exclude=evaluation_texts())
+    raise ValueError(f"prompt set {name!r}: expected one of {SETS}")
+
+
+def read_prompt_rows(path: Path) -> list[dict]:
+    """A prompts JSONL (rows with ``messages`` or ``prompt``), every row checked."""
+    rows = []
+    for line_no, line in enumerate(Path(path).read_text(encoding="utf-8").split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{line_no}: not JSON ({e.msg})") from e
+        if not isinstance(row, dict) or not ("messages" in row or "prompt" in row):
+            raise ValueError(f"{path}:{line_no}: expected an object with 'messages' or 'prompt'")
+        row.setdefault("id", f"{Path(path).stem}-{line_no}")
+        row.setdefault("category", "default")
+        rows.append(row)
+    return rows

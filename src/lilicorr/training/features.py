@@ -1,0 +1,138 @@
+"""Cached target features for drafter training (``lilicorr data features``).
+
+Why: a drafter step needs the target's tapped hidden states for every training sequence, and the
+head loss needs the target's distribution at the drafted positions. Recomputing the frozen
+target's full forward on every step, for every drafter trained on the same data, is most of the
+training cost on a CPU (SmolLM2: a 4 × 256-token forward takes as long as the drafter's own step).
+The features are extracted once and read back by every run: the taps at ``layer_ids`` and the
+target's final-normed hidden state, from which the LM head rebuilds the target's logits only where a
+loss needs them (``lm_head(final) == logits``, which the trainer's online path relies on too).
+
+Layout: ``DIR/meta.json`` plus shards ``DIR/NNNNN.safetensors`` of ``shard_size`` sequences each,
+``taps [n, L, len(layer_ids)·H]`` and ``final [n, L, H]`` in the extraction dtype (bf16 by default),
+``L`` = the longest supervised prefix of the data. Shards are written atomically, so an interrupted extraction resumes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from tqdm import tqdm
+
+from lilicorr.data.atomic import atomic_write, atomic_write_text
+
+
+def data_digest(tokens: torch.Tensor) -> str:
+    return hashlib.sha256(tokens.to(torch.int32).numpy().tobytes()).hexdigest()[:16]
+
+
+def supervised_length(loss_mask: torch.Tensor) -> int:
+    """Columns needed to train on every supervised token (the longest row's last masked column + 1)."""
+    cols = loss_mask.any(0).nonzero()
+    return int(cols.max()) + 1 if len(cols) else 0
+
+
+@torch.no_grad()
+def target_features(model, tokens: torch.Tensor, layer_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """One frozen forward: taps ``[b, t, F·H]`` and final-normed hidden ``[b, t, H]``."""
+    out = model(input_ids=tokens, output_hidden_states=True)
+    taps = torch.cat([out.hidden_states[i + 1] for i in layer_ids], -1)
+    return taps, out.hidden_states[-1]
+
+
+def extract_features(
+    target_dir: str,
+    data_path: str,
+    out_dir: str,
+    layer_ids: list[int],
+    batch_size: int = 4,
+    shard_size: int = 64,
+    dtype: str = "bfloat16",
+    device: str = "cpu",
+) -> dict:
+    from lilicorr.target.runtime import TargetRuntime
+    from lilicorr.training.regenerate import load_regenerated
+
+    data = load_regenerated(data_path)
+    tokens, mask = data["tokens"].long(), data["loss_mask"].bool()
+    length = supervised_length(mask)
+    tokens = tokens[:, :length]
+    target = TargetRuntime.load(target_dir, dtype=getattr(torch, dtype))
+    target.set_layer_ids(tuple(layer_ids))
+    model = target.model.to(device)
+    out = Path(out_dir)
+    meta = {
+        "target": str(target_dir),
+        "data": str(data_path),
+        "data_sha256_16": data_digest(data["tokens"]),
+        "sequences": len(tokens),
+        "length": length,
+        "layer_ids": list(layer_ids),
+        "hidden_size": target.hidden_size,
+        "shard_size": shard_size,
+        "dtype": dtype,
+    }
+    old = out / "meta.json"
+    if old.exists() and json.loads(old.read_text()) != meta:
+        raise ValueError(f"{old}: written for other data, target or layers; use a new --out or delete it")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(old, json.dumps(meta, indent=2) + "\n")
+    n_shards = (len(tokens) + shard_size - 1) // shard_size
+    store_dtype = getattr(torch, dtype)  # bf16 halves the cache; fp32 keeps online training bit-comparable
+    for si in tqdm(range(n_shards), desc="features", mininterval=5):
+        path = out / f"{si:05d}.safetensors"
+        if path.exists():
+            continue
+        rows = tokens[si * shard_size : (si + 1) * shard_size]
+        taps, final = [], []
+        for i in range(0, len(rows), batch_size):
+            t, f = target_features(model, rows[i : i + batch_size].to(device), layer_ids)
+            taps.append(t.to("cpu", store_dtype))
+            final.append(f.to("cpu", store_dtype))
+        tensors = {"taps": torch.cat(taps).contiguous(), "final": torch.cat(final).contiguous()}
+        atomic_write(path, lambda p, t=tensors: save_file(t, str(p)))
+    return meta
+
+
+class FeatureStore:
+    """Random access to cached features by sequence index (memory-mapped shards)."""
+
+    def __init__(self, path: str | Path, tokens: torch.Tensor | None = None, layer_ids: list[int] | None = None):
+        self.path = Path(path)
+        meta_path = self.path / "meta.json"
+        if not meta_path.exists():
+            raise FileNotFoundError(f"{meta_path}: not found (make the cache with `lilicorr data features`)")
+        self.meta = json.loads(meta_path.read_text())
+        if tokens is not None and data_digest(tokens) != self.meta["data_sha256_16"]:
+            raise ValueError(f"{self.path}: features were extracted from other data ({self.meta['data']})")
+        if layer_ids is not None and list(layer_ids) != self.meta["layer_ids"]:
+            raise ValueError(
+                f"{self.path}: layer_ids {self.meta['layer_ids']} cached, the drafter taps {list(layer_ids)}"
+            )
+        self.length = int(self.meta["length"])
+        self.shard_size = int(self.meta["shard_size"])
+        n_shards = (self.meta["sequences"] + self.shard_size - 1) // self.shard_size
+        missing = [i for i in range(n_shards) if not (self.path / f"{i:05d}.safetensors").exists()]
+        if missing:
+            raise ValueError(f"{self.path}: shards {missing[:5]} missing (extraction unfinished; rerun it to resume)")
+        self._handles: dict[int, object] = {}
+
+    def _shard(self, si: int):
+        if si not in self._handles:
+            self._handles[si] = safe_open(str(self.path / f"{si:05d}.safetensors"), framework="pt")
+        return self._handles[si]
+
+    def get(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Taps ``[b, L, F·H]`` and final hidden ``[b, L, H]`` of sequences ``idx``."""
+        taps, final = [], []
+        for i in idx.tolist():
+            h = self._shard(i // self.shard_size)
+            j = i % self.shard_size
+            taps.append(h.get_slice("taps")[j : j + 1])
+            final.append(h.get_slice("final")[j : j + 1])
+        return torch.cat(taps), torch.cat(final)

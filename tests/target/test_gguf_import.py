@@ -1,0 +1,108 @@
+"""GGUF import on a small GGUF written here (llama layout, Q8_0 and F32 tensors, BPE tokenizer)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+gguf = pytest.importorskip("gguf")
+
+V, H, L, NH, NKV, FF = 64, 32, 2, 4, 2, 64
+TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def write_tiny_gguf(path):
+    rng = np.random.default_rng(0)
+    tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "Ġ", "Ċ"]
+    tokens += [chr(c) for c in range(ord("a"), ord("z") + 1)] + [chr(c) for c in range(ord("A"), ord("Z") + 1)]
+    tokens += ["ab", "Ġa"]
+    tokens += [f"x{i}" for i in range(V - len(tokens))]
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_context_length(128)
+    w.add_embedding_length(H)
+    w.add_block_count(L)
+    w.add_feed_forward_length(FF)
+    w.add_head_count(NH)
+    w.add_head_count_kv(NKV)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_vocab_size(V)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([3, 3, 3] + [1] * (V - 3))
+    w.add_token_merges(["a b", "Ġ a"])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_chat_template(TEMPLATE)
+
+    def t(name, shape, quant=False):
+        a = (rng.standard_normal(shape) * 0.2).astype(np.float32)
+        if quant:
+            w.add_tensor(
+                name, gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0), raw_dtype=gguf.GGMLQuantizationType.Q8_0
+            )
+        else:
+            w.add_tensor(name, a)
+
+    t("token_embd.weight", (V, H))
+    t("output_norm.weight", (H,))
+    kv = NKV * H // NH
+    for i in range(L):
+        t(f"blk.{i}.attn_norm.weight", (H,))
+        t(f"blk.{i}.ffn_norm.weight", (H,))
+        for name, shape in (("attn_q", (H, H)), ("attn_k", (kv, H)), ("attn_v", (kv, H)), ("attn_output", (H, H))):
+            t(f"blk.{i}.{name}.weight", shape, quant=True)
+        for name, shape in (("ffn_gate", (FF, H)), ("ffn_up", (FF, H)), ("ffn_down", (H, FF))):
+            t(f"blk.{i}.{name}.weight", shape, quant=True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.Q8_0.gguf")
+
+
+def test_import_matches_transformers_own_gguf_load(tiny_gguf, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from lilicorr.target.gguf_import import import_gguf
+    from lilicorr.target.runtime import TargetRuntime
+
+    meta = import_gguf(tiny_gguf, tmp_path / "out")
+    assert meta["architecture"] == "LlamaForCausalLM" and len(meta["source_sha256"]) == 64
+    cfg = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert "quantization_config" not in cfg and cfg["num_hidden_layers"] == L
+    direct = AutoModelForCausalLM.from_pretrained(str(tiny_gguf.parent), gguf_file=tiny_gguf.name).eval()
+    target = TargetRuntime.load(tmp_path / "out")  # the project's own loader on the imported folder
+    x = torch.randint(3, V, (2, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(target.model(input_ids=x).logits, direct(input_ids=x).logits, rtol=0, atol=1e-6)
+    tok = target.tokenizer
+    assert tok.decode(tok.encode("ab a", add_special_tokens=False)) == "ab a"
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_bad_input_names_the_file_and_writes_nothing(tmp_path):
+    from lilicorr.target.gguf_import import import_gguf
+    from lilicorr.target.runtime import TargetError
+
+    with pytest.raises(TargetError, match="not found"):
+        import_gguf(tmp_path / "missing.gguf", tmp_path / "out")
+    bogus = tmp_path / "bogus.gguf"
+    bogus.write_bytes(b"PK\x03\x04 not a gguf")
+    with pytest.raises(TargetError, match="not a GGUF file"):
+        import_gguf(bogus, tmp_path / "out")
+    truncated = tmp_path / "cut.gguf"
+    truncated.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\x00" * 10)
+    with pytest.raises(TargetError, match="could not read"):
+        import_gguf(truncated, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))

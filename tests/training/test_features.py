@@ -1,0 +1,104 @@
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from lilicorr.training.draft import DraftTrainConfig, mask_token_id, train_draft
+from lilicorr.training.features import FeatureStore, extract_features, supervised_length
+
+
+def _cfg(target, data, out, mode, **kw):
+    return DraftTrainConfig(
+        target=str(target),
+        data=str(data),
+        out=str(out),
+        mode=mode,
+        run_dir=str(out) + "-run",
+        num_layers=1,
+        block_size=4,
+        candidate_topk=4,
+        head_layers=1,
+        head_heads=2,
+        factor_dim=16,
+        steps=6,
+        batch_size=4,
+        anchors=4,
+        lr=3e-3,
+        val_sequences=8,
+        val_every=2,
+        checkpoint_minutes=100,
+        target_layer_ids=[0, 2],
+        bf16=False,
+        **kw,
+    )
+
+
+def _log(run):
+    return [json.loads(x) for x in (run / "train.log").read_text().splitlines()]
+
+
+def test_supervised_length_is_last_masked_column_plus_one():
+    mask = torch.zeros(3, 10, dtype=torch.bool)
+    mask[0, 2:5] = True
+    mask[2, 6:8] = True
+    assert supervised_length(mask) == 8
+    assert supervised_length(torch.zeros(2, 4, dtype=torch.bool)) == 0
+
+
+@pytest.mark.parametrize("mode", ["dflash", "lilicorr"])
+def test_cached_features_train_exactly_like_the_online_target(tiny_target_dir, regen_data, tmp_path, mode):
+    """fp32 cache + fp32 training: same losses and validation as running the target every step."""
+    cache = tmp_path / "feats"
+    meta = extract_features(str(tiny_target_dir), str(regen_data), str(cache), [0, 2], shard_size=16, dtype="float32")
+    assert meta["sequences"] == 40 and meta["length"] == 32
+    train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / "online", mode))
+    train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / "cached", mode, features=str(cache)))
+    online, cached = _log(tmp_path / "online-run"), _log(tmp_path / "cached-run")
+    lo = [r["loss"] for r in online if "loss" in r]
+    lc = [r["loss"] for r in cached if "loss" in r]
+    assert len(lo) == len(lc) == 3  # logged at each validation
+    assert lc == pytest.approx(lo, rel=1e-4, abs=1e-5)
+    vo = [r["val"] for r in online if "val" in r]
+    vc = [r["val"] for r in cached if "val" in r]
+    key = "dflash_loss" if mode == "dflash" else "head_loss"
+    assert [v[key] for v in vc] == pytest.approx([v[key] for v in vo], rel=1e-4)
+
+
+def test_extraction_resumes_and_rejects_foreign_data(tiny_target_dir, regen_data, tmp_path):
+    cache = tmp_path / "feats"
+    extract_features(str(tiny_target_dir), str(regen_data), str(cache), [0, 2], shard_size=16)
+    first = load_file(str(cache / "00001.safetensors"))
+    (cache / "00001.safetensors").unlink()
+    with pytest.raises(ValueError, match=r"shards \[1\] missing"):
+        FeatureStore(cache)
+    extract_features(str(tiny_target_dir), str(regen_data), str(cache), [0, 2], shard_size=16)  # resumes
+    assert torch.equal(load_file(str(cache / "00001.safetensors"))["taps"], first["taps"])
+    store = FeatureStore(cache)
+    taps, final = store.get(torch.tensor([0, 17, 39]))
+    assert taps.shape == (3, 32, 2 * 64) and final.shape == (3, 32, 64) and taps.dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="layer_ids"):
+        FeatureStore(cache, layer_ids=[0, 1])
+    other = load_file(str(regen_data))
+    other["tokens"] = other["tokens"].flip(0).contiguous()
+    with pytest.raises(ValueError, match="other data"):
+        FeatureStore(cache, other["tokens"])
+    save_file(other, str(tmp_path / "other.safetensors"))
+    with pytest.raises(ValueError, match="written for other data"):
+        extract_features(str(tiny_target_dir), str(tmp_path / "other.safetensors"), str(cache), [0, 2], shard_size=16)
+
+
+class _Tok:
+    def __init__(self, vocab):
+        self.vocab = vocab
+
+    def get_vocab(self):
+        return self.vocab
+
+
+def test_mask_token_falls_back_to_a_rare_special_token():
+    assert mask_token_id(_Tok({"<|mask|>": 3, "<empty_output>": 16})) == 3
+    assert mask_token_id(_Tok({"<empty_output>": 16, "a": 17})) == 16  # SmolLM2
+    assert mask_token_id(_Tok({"<x>": 5}), "<x>") == 5
+    with pytest.raises(ValueError, match="--mask-token"):
+        mask_token_id(_Tok({"a": 1}))
