@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 import time
 
 import httpx
@@ -15,43 +13,7 @@ from lilicorr.decoding.engine import SpecEngine
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.target.runtime import TargetRuntime
-from tests.decoding.engine_helpers import save_random_draft
-
-MODEL = "tiny"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server(tiny_target_dir, tmp_path_factory):
-    import uvicorn
-
-    from lilicorr.serve.server import build
-
-    draft_dir = tmp_path_factory.mktemp("srv") / "draft"
-    save_random_draft(tiny_target_dir, draft_dir)
-    app, loop = build(
-        str(tiny_target_dir),
-        {"method": "dflash", "model": str(draft_dir), "num_speculative_tokens": 3},
-        MODEL,
-        max_num_seqs=8,
-        max_model_len=256,
-    )
-    port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    th = threading.Thread(target=srv.run, daemon=True)
-    th.start()
-    for _ in range(200):
-        if srv.started:
-            break
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", loop
-    srv.should_exit = True
-    th.join(timeout=10)
+from tests.serve.conftest import MODEL
 
 
 @pytest.fixture(scope="module")

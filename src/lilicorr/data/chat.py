@@ -38,6 +38,13 @@ def check_messages(messages: object) -> list[dict]:
             content = "".join(p["text"] for p in content)
         if not isinstance(content, str):
             raise ChatError(f"messages[{i}].content must be a string")
+        try:
+            content.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ChatError(f"messages[{i}].content is not valid Unicode text (lone surrogate at {e.start})") from e
+        extra = sorted(set(m) - {"role", "content"})
+        if extra:
+            raise ChatError(f"messages[{i}]: unsupported keys {extra} (only role and content are used)")
         out.append({"role": m["role"], "content": content})
     return out
 

@@ -117,7 +117,7 @@ class SpecEngine:
             seqs = [SeqState(request=r) for r in requests]
             for i, s in enumerate(seqs):
                 tok = choose_token(out.logits[i, last[i]], s.request.params, s.request.generator)
-                s.request.commit([tok], self.decode)
+                s.request.commit([tok], self.decode, out.logits[i, last[i] : last[i] + 1])
                 s.pending = tok
         dcache = None
         if self.proposer.needs_draft:
@@ -204,7 +204,7 @@ class SpecEngine:
                     self.stats.record(n, a)
                     s.anchor = ctx[i, a]
                 before = len(s.request.output_ids)
-                s.request.commit(tokens, self.decode)
+                s.request.commit(tokens, self.decode, out.logits[i, : len(tokens)])  # token j ← logits row j
                 emitted.append((s.request, s.request.output_ids[before:]))
                 s.pending = tokens[-1]
             self._drop_finished()

@@ -34,6 +34,8 @@ class Request:
     stats: SpecStats = field(default_factory=SpecStats)  # speculative counters of this request
     detok: IncrementalDetokenizer | None = field(default=None, repr=False)  # output text, built lazily
     detok_consumed: int = 0  # output ids already pushed into ``detok``
+    # per output token, when ``params.logprobs`` is set: (its log-prob, [(token, log-prob)] top-N)
+    logprobs: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.params.validate()
@@ -41,17 +43,23 @@ class Request:
             raise ValueError("prompt must contain at least one token")
         if self.generator is None:
             self.generator = make_generator(self.params.seed)
+        if self.params.stop_token_ids:
+            self.eos_ids = self.eos_ids | frozenset(self.params.stop_token_ids)
 
-    def commit(self, tokens: list[int], decode=None) -> int:
+    def commit(self, tokens: list[int], decode=None, logits: torch.Tensor | None = None) -> int:
         """Append emitted tokens until the request ends; returns how many were taken.
 
-        ``decode`` (token ids → text) is needed only when stop strings are set.
+        ``decode`` (token ids → text) is needed only when stop strings are set. ``logits``
+        ``[len(tokens), V]``: the target rows each token was chosen from, for ``params.logprobs``.
         """
         taken = 0
+        want_lp = self.params.logprobs is not None and logits is not None
         for t in tokens:
             if self.finished:
                 break
             self.output_ids.append(t)
+            if want_lp:
+                self._record_logprobs(t, logits[taken])
             taken += 1
             if self.t_first_token is None:
                 self.t_first_token = time.perf_counter()
@@ -72,13 +80,25 @@ class Request:
                         self._finish("stop")
         return taken
 
+    def _record_logprobs(self, token: int, logits: torch.Tensor) -> None:
+        lp = torch.log_softmax(logits.float(), -1)  # [V]
+        top = []
+        if self.params.logprobs:
+            vals, idx = torch.topk(lp, self.params.logprobs)
+            top = list(zip(idx.tolist(), vals.tolist(), strict=True))
+        self.logprobs.append((float(lp[token]), top))
+
+    def visible(self, token: int) -> bool:
+        """Whether an output token shows in the text (eos and stop token ids are hidden unless ignore_eos)."""
+        return token not in self.eos_ids or self.params.ignore_eos
+
     def _sync_text(self, decode) -> IncrementalDetokenizer:
         """Push the output ids not yet detokenized (eos hidden unless ``ignore_eos``)."""
         if self.detok is None:
             self.detok = IncrementalDetokenizer(decode)
         new = self.output_ids[self.detok_consumed :]
         self.detok_consumed = len(self.output_ids)
-        shown = [t for t in new if t not in self.eos_ids or self.params.ignore_eos]
+        shown = [t for t in new if self.visible(t)]
         if shown:
             self.detok.push(shown)
         return self.detok

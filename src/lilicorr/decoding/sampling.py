@@ -21,6 +21,11 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False
     min_tokens: int = 0
+    # Log-probabilities to record per emitted token: None = none; N ≥ 0 = the token's own plus the
+    # N most likely. Raw target log-probs (log_softmax of the logits, vLLM's default
+    # ``raw_logprobs``), so they are the same whatever drafted the token.
+    logprobs: int | None = None
+    stop_token_ids: list[int] = field(default_factory=list)  # end the request like eos (vLLM's field)
 
     def validate(self) -> None:
         if self.max_tokens < 1:
@@ -31,6 +36,8 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < -1:
             raise ValueError(f"top_k must be -1, 0 or positive, got {self.top_k}")
+        if self.logprobs is not None and self.logprobs < 0:
+            raise ValueError(f"logprobs must be >= 0, got {self.logprobs}")
 
     @property
     def greedy(self) -> bool:

@@ -136,7 +136,7 @@ class DDTreeEngine(SpecEngine):
                 self.stats.record(self.proposer.budget - 1, accepted)
                 s.anchor = ctx[row, accepted]
                 before = len(s.request.output_ids)
-                s.request.commit(emitted[row], self.decode)
+                s.request.commit(emitted[row], self.decode, out.logits[row, paths[row]])  # token j ← node path[j]
                 result.append((s.request, s.request.output_ids[before:]))
                 s.pending = emitted[row][-1]
             self._drop_finished()

@@ -14,7 +14,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from lilicorr.decoding.request import Request as GenRequest
 from lilicorr.serve.loop import EngineLoop, Job, Update
-from lilicorr.serve.protocol import ParsedRequest, RequestError, chat_prompt, completion_prompt, parse_common
+from lilicorr.serve.protocol import (
+    ParsedRequest,
+    RequestError,
+    chat_prompt,
+    check_fields,
+    completion_prompt,
+    parse_common,
+)
 
 
 def create_app(loop: EngineLoop, model_name: str, max_model_len: int) -> FastAPI:
@@ -72,8 +79,8 @@ def create_app(loop: EngineLoop, model_name: str, max_model_len: int) -> FastAPI
         loop.submit(job)
         return job
 
-    async def _collect(job: Job, http: Request) -> tuple[str, Update]:
-        text = []
+    async def _collect(job: Job, http: Request) -> tuple[str, Update, list]:
+        text, lps = [], []
         while True:
             try:
                 upd: Update = await asyncio.wait_for(job.queue.get(), timeout=0.5)
@@ -83,8 +90,33 @@ def create_app(loop: EngineLoop, model_name: str, max_model_len: int) -> FastAPI
                     raise asyncio.CancelledError from None
                 continue
             text.append(upd.text)
+            lps.extend(upd.logprobs)
             if upd.finished:
-                return "".join(text), upd
+                return "".join(text), upd, lps
+
+    def _tok(t: int) -> str:
+        return tokenizer.decode([t])
+
+    def _completion_logprobs(entries: list, offset: int) -> dict:
+        """OpenAI completions layout; ``offset``: text offset of the first entry."""
+        out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for t, lp, top in entries:
+            s = _tok(t)
+            out["tokens"].append(s)
+            out["token_logprobs"].append(lp)
+            top_d = {_tok(i): v for i, v in top}
+            top_d.setdefault(s, lp)
+            out["top_logprobs"].append(top_d)
+            out["text_offset"].append(offset)
+            offset += len(s)
+        return out
+
+    def _chat_logprobs(entries: list) -> dict:
+        def item(t: int, lp: float) -> dict:
+            s = _tok(t)
+            return {"token": s, "logprob": lp, "bytes": list(s.encode("utf-8"))}
+
+        return {"content": [{**item(t, lp), "top_logprobs": [item(i, v) for i, v in top]} for t, lp, top in entries]}
 
     def _usage(job: Job, upd: Update) -> dict:
         p = len(job.request.prompt_ids)
@@ -93,18 +125,22 @@ def create_app(loop: EngineLoop, model_name: str, max_model_len: int) -> FastAPI
     async def _stream(job: Job, parsed: ParsedRequest, rid: str, kind: str):
         obj = "text_completion" if kind == "completion" else "chat.completion.chunk"
         first = True
+        want_lp = parsed.params.logprobs is not None
+        offset = 0
         try:
             while True:
                 upd: Update = await job.queue.get()
                 if upd.error:
                     yield f"data: {json.dumps({'error': {'message': upd.error, 'type': 'server_error'}})}\n\n"
                     break
-                if upd.text or upd.finished or first:
+                if upd.text or upd.finished or first or upd.logprobs:
                     if kind == "completion":
+                        lp = _completion_logprobs(upd.logprobs, offset) if want_lp else None
+                        offset += sum(len(_tok(t)) for t, _, _ in upd.logprobs)
                         choice = {
                             "index": 0,
                             "text": upd.text,
-                            "logprobs": None,
+                            "logprobs": lp,
                             "finish_reason": upd.finish_reason if upd.finished else None,
                         }
                     else:
@@ -112,7 +148,7 @@ def create_app(loop: EngineLoop, model_name: str, max_model_len: int) -> FastAPI
                         choice = {
                             "index": 0,
                             "delta": delta,
-                            "logprobs": None,
+                            "logprobs": _chat_logprobs(upd.logprobs) if want_lp else None,
                             "finish_reason": upd.finish_reason if upd.finished else None,
                         }
                     first = False
@@ -143,6 +179,7 @@ def create_app(loop: EngineLoop, model_name: str, max_model_len: int) -> FastAPI
 
     async def _serve(http: Request, kind: str):
         body = await _body(http)
+        check_fields(body, kind)
         if kind == "completion":
             ids = completion_prompt(body, tokenizer)
             parsed = parse_common(body, ids, model_name, max_model_len, "max_tokens")
@@ -153,17 +190,19 @@ def create_app(loop: EngineLoop, model_name: str, max_model_len: int) -> FastAPI
         rid = ("cmpl-" if kind == "completion" else "chatcmpl-") + job.request.id
         if parsed.stream:
             return StreamingResponse(_stream(job, parsed, rid, kind), media_type="text/event-stream")
-        text, upd = await _collect(job, http)
+        text, upd, lps = await _collect(job, http)
         if upd.error:
             raise RequestError(upd.error, status=500)
+        want_lp = parsed.params.logprobs is not None
         if kind == "completion":
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": upd.finish_reason}
+            lp = _completion_logprobs(lps, 0) if want_lp else None
+            choice = {"index": 0, "text": text, "logprobs": lp, "finish_reason": upd.finish_reason}
             obj = "text_completion"
         else:
             choice = {
                 "index": 0,
                 "message": {"role": "assistant", "content": text},
-                "logprobs": None,
+                "logprobs": _chat_logprobs(lps) if want_lp else None,
                 "finish_reason": upd.finish_reason,
             }
             obj = "chat.completion"

@@ -29,6 +29,8 @@ class Update:
     finished: bool = False
     finish_reason: str | None = None
     error: str | None = None
+    # (token id, log-prob, top [(token id, log-prob)]) of the visible tokens new in this update
+    logprobs: list[tuple[int, float, list[tuple[int, float]]]] = field(default_factory=list)
 
 
 @dataclass
@@ -40,6 +42,7 @@ class Job:
     hold_back: int = 0  # chars kept back while they could still start a stop string
     t_last: float | None = None
     done: bool = False
+    sent_tokens: int = 0  # output tokens whose log-probs were sent
 
     def push(self, update: Update) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, update)
@@ -135,7 +138,16 @@ class EngineLoop:
             self.metrics.success.labels(name, req.finish_reason or "stop").inc()
             self.metrics.generation_tokens.labels(name).inc(len(req.output_ids))
             self.metrics.e2e.labels(name).observe(now - req.t_start)
-        job.push(Update(delta, len(req.output_ids), req.finished, req.finish_reason))
+        lps = []
+        if req.params.logprobs is not None:
+            n = len(req.logprobs)
+            lps = [
+                (req.output_ids[k], *req.logprobs[k])
+                for k in range(job.sent_tokens, n)
+                if req.visible(req.output_ids[k])
+            ]
+            job.sent_tokens = n
+        job.push(Update(delta, len(req.output_ids), req.finished, req.finish_reason, logprobs=lps))
 
     def _fail_all(self, message: str) -> None:
         for job in list(self.running.values()):

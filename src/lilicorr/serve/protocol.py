@@ -1,7 +1,9 @@
 """OpenAI request parsing and validation: every problem becomes a 4xx naming the field.
 
-Bodies are parsed by hand rather than with strict models so that unknown fields are ignored (as
-OpenAI clients and benchmark tools send many) while known ones are type-checked precisely.
+Every field a request may carry is in ``FIELDS``: honoured, accepted only at its no-op value, or
+metadata. Anything else — an unknown field, or a feature the engine does not implement set to a
+value that would change the output — is refused with a 400 naming it, as OpenAI's own API does.
+A silently ignored field (``logprobs`` once was) makes a client believe it got what it asked for.
 """
 
 from __future__ import annotations
@@ -34,6 +36,105 @@ class ParsedRequest:
     params: SamplingParams
     stream: bool
     include_usage: bool
+
+
+MAX_LOGPROBS = 20  # OpenAI's limit (and vLLM's default max_logprobs)
+
+# field → (endpoints: "c" completions, "h" chat, "ch" both; how it is handled). The README's table is
+# this table; ``noop:`` fields are accepted only at the value that changes nothing.
+FIELDS: dict[str, tuple[str, str]] = {
+    "model": ("ch", "honoured: must be the served model name (404 otherwise)"),
+    "prompt": ("c", "honoured: a string, a list of token ids, or a one-element list of either"),
+    "messages": ("h", "honoured: roles system / user / assistant / tool, text content (parts of type text)"),
+    "max_tokens": ("ch", "honoured"),
+    "max_completion_tokens": ("h", "honoured (takes precedence over max_tokens)"),
+    "temperature": ("ch", "honoured (0 = greedy)"),
+    "top_p": ("ch", "honoured"),
+    "top_k": ("ch", "honoured (vLLM extra; 0 or -1 = off)"),
+    "seed": ("ch", "honoured (per-request generator)"),
+    "stop": ("ch", "honoured (string or list; counted after min_tokens, as vLLM)"),
+    "stop_token_ids": ("ch", "honoured (vLLM extra)"),
+    "min_tokens": ("ch", "honoured (vLLM extra)"),
+    "ignore_eos": ("ch", "honoured (vLLM extra)"),
+    "stream": ("ch", "honoured (SSE, ends with [DONE])"),
+    "stream_options": ("ch", "honoured: include_usage; other keys refused"),
+    "logprobs": ("ch", "honoured: completions an integer 0..20, chat a boolean; raw target log-probs"),
+    "top_logprobs": ("h", "honoured: 0..20, with logprobs = true"),
+    "n": ("ch", "noop: 1 only (n > 1 refused)"),
+    "best_of": ("c", "noop: 1 only"),
+    "echo": ("ch", "noop: false only"),
+    "suffix": ("c", "noop: null / empty only"),
+    "presence_penalty": ("ch", "noop: 0 only"),
+    "frequency_penalty": ("ch", "noop: 0 only"),
+    "repetition_penalty": ("ch", "noop: 1 only (vLLM extra)"),
+    "min_p": ("ch", "noop: 0 only (vLLM extra)"),
+    "logit_bias": ("ch", "noop: null / {} only"),
+    "response_format": ("h", 'noop: {"type": "text"} only'),
+    "tools": ("h", "noop: null / [] only (no tool calling)"),
+    "tool_choice": ("h", 'noop: null / "none" only'),
+    "parallel_tool_calls": ("h", "metadata: accepted, no effect without tools"),
+    "functions": ("h", "noop: null / [] only"),
+    "function_call": ("h", 'noop: null / "none" only'),
+    "add_generation_prompt": ("h", "noop: true only (vLLM extra)"),
+    "continue_final_message": ("h", "noop: false only (vLLM extra)"),
+    "skip_special_tokens": ("ch", "noop: true only (vLLM extra)"),
+    "include_stop_str_in_output": ("ch", "noop: false only (vLLM extra)"),
+    "user": ("ch", "metadata: accepted, no effect"),
+    "metadata": ("h", "metadata: accepted, no effect"),
+    "store": ("h", "noop: false / null only"),
+    "service_tier": ("ch", 'metadata: null / "auto" / "default" only'),
+}
+
+_NOOP_VALUES: dict[str, tuple] = {
+    "n": (1,),
+    "best_of": (1,),
+    "echo": (False,),
+    "suffix": ("",),
+    "presence_penalty": (0, 0.0),
+    "frequency_penalty": (0, 0.0),
+    "repetition_penalty": (1, 1.0),
+    "min_p": (0, 0.0),
+    "logit_bias": ({},),
+    "response_format": ({"type": "text"},),
+    "tools": ([],),
+    "tool_choice": ("none",),
+    "functions": ([],),
+    "function_call": ("none",),
+    "add_generation_prompt": (True,),
+    "continue_final_message": (False,),
+    "skip_special_tokens": (True,),
+    "include_stop_str_in_output": (False,),
+    "store": (False,),
+    "service_tier": ("auto", "default"),
+}
+
+
+def check_fields(body: dict, kind: str) -> None:
+    """Refuse unknown fields, fields of the other endpoint, and unimplemented features set to a real value."""
+    code = "c" if kind == "completion" else "h"
+    endpoint = "/v1/completions" if kind == "completion" else "/v1/chat/completions"
+    for key, val in body.items():
+        spec = FIELDS.get(key)
+        if spec is None or code not in spec[0]:
+            raise RequestError(f"unsupported field '{key}' for {endpoint}", key)
+        if key in _NOOP_VALUES and val is not None:
+            ok = _NOOP_VALUES[key]
+            if isinstance(val, bool) != isinstance(ok[0], bool) or val not in ok:
+                raise RequestError(f"'{key}' = {_short(val)} is not supported ({spec[1].removeprefix('noop: ')})", key)
+
+
+def _short(val: Any) -> str:
+    text = repr(val)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_text(text: str, field: str) -> str:
+    """A JSON string may hold lone UTF-16 surrogates that no tokenizer can encode: refuse them by name."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise RequestError(f"'{field}' is not valid Unicode text (lone surrogate at position {e.start})", field) from e
+    return text
 
 
 def _number(body: dict, key: str, default: float, lo: float | None = None, hi: float | None = None) -> float:
@@ -69,9 +170,27 @@ def _bool(body: dict, key: str, default: bool) -> bool:
     return val
 
 
+def _logprobs(body: dict, kind: str) -> int | None:
+    """Top-N to return per token (None: no logprobs), from either endpoint's convention."""
+    val = body.get("logprobs")
+    if kind == "completion":
+        n = _int(body, "logprobs", None, 0)
+        if n is not None and n > MAX_LOGPROBS:
+            raise RequestError(f"'logprobs' must be <= {MAX_LOGPROBS}, got {n}", "logprobs")
+        return n
+    want = _bool(body, "logprobs", False) if val is not None else False
+    top = _int(body, "top_logprobs", None, 0)
+    if top is not None and top > MAX_LOGPROBS:
+        raise RequestError(f"'top_logprobs' must be <= {MAX_LOGPROBS}, got {top}", "top_logprobs")
+    if top is not None and not want:
+        raise RequestError("'top_logprobs' needs 'logprobs' = true", "top_logprobs")
+    return (top or 0) if want else None
+
+
 def parse_common(
     body: Any, prompt_ids: list[int], model_name: str, max_model_len: int, max_tokens_key: str
 ) -> ParsedRequest:
+    kind = "completion" if max_tokens_key == "max_tokens" else "chat"
     model = body.get("model")
     if model is not None and model != model_name:
         raise RequestError(
@@ -101,7 +220,13 @@ def parse_common(
         stop = [stop]
     elif not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
         raise RequestError("'stop' must be a string or a list of strings", "stop")
+    stop = [check_text(s, "stop") for s in stop]
+    stop_ids = body.get("stop_token_ids") or []
+    if not (isinstance(stop_ids, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in stop_ids)):
+        raise RequestError("'stop_token_ids' must be a list of integers", "stop_token_ids")
     seed = _int(body, "seed", None)
+    if seed is not None and not -(2**63) <= seed < 2**64:
+        raise RequestError(f"'seed' must fit in 64 bits, got {seed}", "seed")
     top_k = _int(body, "top_k", 0, -1)
     params = SamplingParams(
         max_tokens=max_tokens,
@@ -112,6 +237,8 @@ def parse_common(
         stop=[s for s in stop if s],
         ignore_eos=_bool(body, "ignore_eos", False),
         min_tokens=_int(body, "min_tokens", 0, 0),
+        logprobs=_logprobs(body, kind),
+        stop_token_ids=list(stop_ids),
     )
     if params.top_p <= 0:
         raise RequestError("'top_p' must be in (0, 1]", "top_p")
@@ -119,7 +246,10 @@ def parse_common(
     opts = body.get("stream_options") or {}
     if not isinstance(opts, dict):
         raise RequestError("'stream_options' must be an object", "stream_options")
-    include_usage = bool(opts.get("include_usage", False))
+    extra = sorted(set(opts) - {"include_usage", "continuous_usage_stats"})
+    if extra or opts.get("continuous_usage_stats"):
+        raise RequestError(f"stream_options: only include_usage is supported, got {sorted(opts)}", "stream_options")
+    include_usage = _bool(opts, "include_usage", False)
     return ParsedRequest(prompt_ids=prompt_ids, params=params, stream=stream, include_usage=include_usage)
 
 
@@ -128,7 +258,7 @@ def completion_prompt(body: dict, tokenizer) -> list[int]:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]
     if isinstance(prompt, str):
-        return tokenizer.encode(prompt, add_special_tokens=False)
+        return tokenizer.encode(check_text(prompt, "prompt"), add_special_tokens=False)
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         bad = [t for t in prompt if not 0 <= t < len(tokenizer)]
         if bad:
