@@ -339,10 +339,16 @@ def test_card_command_round_trips_through_the_cli(mode):
         head_grad_to_backbone=0.25,
         clip_per_module=True,
         target_layer_ids=[0, 2],
+        conv_kernel_size=2,
+        conv_group_size=16,
+        features="feats/x",
+        mask_token="<empty_output>",
+        bf16=False,
     )
     tc = asdict(cfg)
     args = build_parser().parse_args(shlex.split(train_command(tc))[1:])
-    recorded = {k: v for k, v in vars(args).items() if k in tc and k not in ("run_dir",)}
+    recorded = {k: v for k, v in vars(args).items() if k in tc and k not in ("run_dir", "device")}
+    recorded["bf16"] = not args.fp32
     recorded["target_layer_ids"] = [int(x) for x in args.target_layer_ids.split(",")]
     head_geometry = {"head_hidden_size", "head_layers", "head_heads", "factor_dim", "logit_scale"}
     for k, v in recorded.items():

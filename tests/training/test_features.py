@@ -102,3 +102,13 @@ def test_mask_token_falls_back_to_a_rare_special_token():
     assert mask_token_id(_Tok({"<x>": 5}), "<x>") == 5
     with pytest.raises(ValueError, match="--mask-token"):
         mask_token_id(_Tok({"a": 1}))
+
+
+def test_lilicorr_with_dflash2_convolution_trains_and_reloads(tiny_target_dir, regen_data, tmp_path):
+    from lilicorr.checkpoint import load_draft
+
+    cfg = _cfg(tiny_target_dir, regen_data, tmp_path / "conv", "lilicorr", conv_kernel_size=2, conv_group_size=16)
+    train_draft(cfg)
+    model = load_draft(tmp_path / "conv")
+    assert model.cfg.conv_kernel_size == 2 and model.cfg.conv_group_size == 16 and model.is_lilicorr
+    assert any("conv" in k for k in model.state_dict())

@@ -175,6 +175,8 @@ def _cmd_train_draft(args: argparse.Namespace) -> int:
         checkpoint_minutes=args.checkpoint_minutes,
         head_weights=HeadLossWeights(ce=args.w_ce, margin=args.w_margin, penalty=args.w_pen),
         features=args.features,
+        conv_kernel_size=args.conv_kernel_size,
+        conv_group_size=args.conv_group_size,
         mask_token=args.mask_token,
         device=args.device,
         bf16=not args.fp32,
@@ -493,6 +495,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--checkpoint-minutes", type=float, default=4.0)
     s.add_argument("--resume", action="store_true")
     s.add_argument("--features", default=None, help="target feature cache from `lilicorr data features`")
+    s.add_argument("--conv-kernel-size", type=int, default=0, help="DFlash2 convolution taps (0: off; DFlash2: 2)")
+    s.add_argument("--conv-group-size", type=int, default=0, help="DFlash2 convolution channel group (DFlash2: 16)")
     s.add_argument("--mask-token", default="", help="DFlash mask token (default: <|mask|>, else <empty_output>)")
     s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     s.add_argument("--fp32", action="store_true", help="no bf16 autocast (faster on CPUs without AMX/AVX512-bf16)")

@@ -58,6 +58,8 @@ class DraftTrainConfig:
     # geometry
     num_layers: int = 2
     block_size: int = 8
+    conv_kernel_size: int = 0  # DFlash2 grouped dynamic convolution (0: off; DFlash2 uses 2 taps, groups of 16)
+    conv_group_size: int = 0
     target_layer_ids: list[int] | None = None
     candidate_topk: int = 8
     head_hidden_size: int = 0
@@ -175,6 +177,8 @@ def build_draft_config(cfg: DraftTrainConfig, target: TargetRuntime) -> DraftCon
         rope_theta=float(rope or 10000.0),
         max_position_embeddings=tc.max_position_embeddings,
         num_target_layers=n,
+        conv_kernel_size=cfg.conv_kernel_size,
+        conv_group_size=cfg.conv_group_size,
         lilicorr=geometry,
     )
 

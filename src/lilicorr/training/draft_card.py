@@ -49,6 +49,14 @@ def train_command(tc: dict) -> str:
         parts.append(f"--head-grad-to-backbone {tc['head_grad_to_backbone']:g}")
     if tc.get("clip_per_module"):
         parts.append("--clip-per-module")
+    if tc.get("conv_kernel_size"):
+        parts.append(f"--conv-kernel-size {tc['conv_kernel_size']} --conv-group-size {tc['conv_group_size']}")
+    if tc.get("features"):
+        parts.append(f"--features {tc['features']}")
+    if tc.get("mask_token"):
+        parts.append(f"--mask-token '{tc['mask_token']}'")
+    if not tc.get("bf16", True):
+        parts.append("--fp32")
     return " ".join(p for p in parts if p)
 
 
