@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.decoding.engine_helpers import save_random_draft
-from tests.serve.test_server import _free_port
+from tests.serve.conftest import _free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 AIPERF = Path(os.environ.get("LILICORR_AIPERF", ROOT / ".venv-aiperf" / "bin" / "aiperf"))
