@@ -46,6 +46,29 @@ def test_head_loss_supervises_only_truth_prefix():
     assert s2 == pytest.approx(float(torch.softmax(torch.tensor([0.0, 3.0]), 0)[0]) * 3.0, rel=1e-5)
 
 
+def test_distill_term_is_cross_entropy_from_the_target_over_the_lattice():
+    ids = torch.tensor([[[4, 5, 6]]])  # [M=1, S=1, K=3]
+    labels = torch.tensor([[5]])
+    zt = torch.full((1, 1, 10), -5.0)
+    zt[0, 0, 4], zt[0, 0, 5], zt[0, 0, 6] = 1.0, 2.0, 0.0
+    start = torch.tensor([[0.5, -1.0, 2.0]])
+    sc = HeadScores(start=start, pair=torch.zeros(1, 0, 3, 3))
+    s, n = head_loss(sc, ids, labels, zt, torch.tensor([True]), HeadLossWeights(ce=0.0, penalty=0.0, distill=1.0))
+    p = torch.softmax(torch.tensor([1.0, 2.0, 0.0]), 0)
+    expect = -(p * torch.log_softmax(start[0], 0)).sum()
+    assert n == 1 and s == pytest.approx(float(expect), rel=1e-5)
+    # the minimum is at the target's own distribution over the candidates
+    s_opt, _ = head_loss(
+        HeadScores(start=torch.log(p)[None], pair=torch.zeros(1, 0, 3, 3)),
+        ids,
+        labels,
+        zt,
+        torch.tensor([True]),
+        HeadLossWeights(ce=0.0, penalty=0.0, distill=1.0),
+    )
+    assert s_opt < s and s_opt == pytest.approx(float(-(p * p.log()).sum()), rel=1e-5)
+
+
 def _cfg(tiny_target_dir, regen_data, out, mode, steps=30, **kw):
     return DraftTrainConfig(
         target=str(tiny_target_dir),
@@ -344,11 +367,14 @@ def test_card_command_round_trips_through_the_cli(mode):
         features="feats/x",
         mask_token="<empty_output>",
         bf16=False,
+        head_weights=HeadLossWeights(distill=0.5),
     )
     tc = asdict(cfg)
     args = build_parser().parse_args(shlex.split(train_command(tc))[1:])
     recorded = {k: v for k, v in vars(args).items() if k in tc and k not in ("run_dir", "device")}
     recorded["bf16"] = not args.fp32
+    if mode != "domino":
+        assert args.w_distill == 0.5
     recorded["target_layer_ids"] = [int(x) for x in args.target_layer_ids.split(",")]
     head_geometry = {"head_hidden_size", "head_layers", "head_heads", "factor_dim", "logit_scale"}
     for k, v in recorded.items():

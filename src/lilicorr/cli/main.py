@@ -173,7 +173,7 @@ def _cmd_train_draft(args: argparse.Namespace) -> int:
         threads=args.threads,
         val_every=args.val_every,
         checkpoint_minutes=args.checkpoint_minutes,
-        head_weights=HeadLossWeights(ce=args.w_ce, margin=args.w_margin, penalty=args.w_pen),
+        head_weights=HeadLossWeights(ce=args.w_ce, margin=args.w_margin, penalty=args.w_pen, distill=args.w_distill),
         features=args.features,
         conv_kernel_size=args.conv_kernel_size,
         conv_group_size=args.conv_group_size,
@@ -473,6 +473,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--w-ce", type=float, default=0.25)
     s.add_argument("--w-margin", type=float, default=0.0)
     s.add_argument("--w-pen", type=float, default=0.25)
+    s.add_argument(
+        "--w-distill",
+        type=float,
+        default=0.0,
+        help="weight of distilling the target's distribution over the lattice into the head (T>0 proposals)",
+    )
     s.add_argument("--steps", type=int, default=1000)
     s.add_argument("--batch-size", type=int, default=8, help="global batch (split across torchrun processes)")
     s.add_argument("--anchors", type=int, default=16)

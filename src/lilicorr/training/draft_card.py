@@ -41,7 +41,7 @@ def train_command(tc: dict) -> str:
             f"--candidate-topk {tc['candidate_topk']} --head-hidden-size {tc['head_hidden_size']} "
             f"--head-layers {tc['head_layers']} --head-heads {tc['head_heads']} --factor-dim {tc['factor_dim']} "
             f"--logit-scale {tc['logit_scale']:g} --w-ce {hw['ce']:g} --w-margin {hw['margin']:g} "
-            f"--w-pen {hw['penalty']:g}"
+            f"--w-pen {hw['penalty']:g}" + (f" --w-distill {hw['distill']:g}" if hw.get("distill") else "")
         )
     if tc["mode"] in ("dflash2", "dspark", "domino"):
         parts.append(f"--candidate-topk {tc['candidate_topk']} --arm-rank {tc['arm_rank']}")

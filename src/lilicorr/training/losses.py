@@ -69,6 +69,10 @@ class HeadLossWeights:
     margin: float = 0.0
     penalty: float = 0.25
     margin_value: float = 2.0
+    # Cross-entropy from the target's distribution restricted to the K candidates (renormalised) to the
+    # head's conditional softmax: makes the probabilistic walk's q a calibrated proposal at T = 1, not
+    # just a ranking (0 = the reference recipe, which has no such term).
+    distill: float = 0.0
 
 
 def lattice_truth(
@@ -90,7 +94,7 @@ def head_loss(
     valid: torch.Tensor,
     w: HeadLossWeights,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Teacher-forced lattice loss (w_ce·CE + w_margin·hinge + w_pen·penalty) over the supervised prefix.
+    """Teacher-forced lattice loss (w_ce·CE + w_margin·hinge + w_pen·penalty + w_distill·distill), supervised prefix.
 
     ids ``[M, S, K]`` (the drafter's own top-K, no gold injection), labels ``[M, S]``,
     target_logits ``[M, S, V]`` detached (row s predicts the label of slot s). Returns (sum, count).
@@ -113,6 +117,9 @@ def head_loss(
         z_cand = zt.gather(-1, ids)  # [M, S, K]
         z_true = zt.gather(-1, labels[..., None])  # [M, S, 1]
         total = total + w.penalty * (logp.exp() * F.relu(z_true - z_cand)).sum(-1)
+    if w.distill > 0:
+        p_k = torch.softmax(target_logits.float().gather(-1, ids), -1)  # [M, S, K] target over the lattice
+        total = total + w.distill * -(p_k * logp).sum(-1)
     maskf = mask.float()
     return (total * maskf).sum(), maskf.sum()
 
