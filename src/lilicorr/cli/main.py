@@ -67,6 +67,7 @@ def _cmd_data_regenerate(args: argparse.Namespace) -> int:
             prompts=args.prompts,
             max_prompt_tokens=args.max_prompt_tokens,
             dtype=args.dtype,
+            shards=args.shards,
         )
     )
     print(json.dumps(meta, indent=2))
@@ -396,6 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int, default=2)
     s.add_argument("--prompts", default=None, help="prompts JSONL (chat rows, e.g. from `data prompts sharegpt`)")
     s.add_argument("--max-prompt-tokens", type=int, default=256, help="chat rows: skip longer templated prompts")
+    s.add_argument("--shards", default=None, help="shard folder (default: OUT.shards); shared by runs of any size")
     s.add_argument(
         "--dtype", default="float32", choices=["float32", "bfloat16"], help="target weights while generating"
     )

@@ -47,6 +47,8 @@ class RegenConfig:
     prompts: str | None = None  # prompts JSONL (chat rows); None: corpus windows
     max_prompt_tokens: int = 256  # chat rows with a longer templated prompt are skipped
     dtype: str = "float32"  # target weights while generating (bf16 is faster on AMX CPUs and GPUs)
+    shards: str | None = None  # shard folder (default: OUT.shards); batch i always holds prompts i·B..(i+1)·B−1,
+    # so a run with fewer sequences reuses the first shards of a bigger one
 
 
 def _chat_prompts(cfg: RegenConfig, tokenizer) -> list[list[int]]:
@@ -87,7 +89,7 @@ def _prompts(cfg: RegenConfig, tokenizer) -> list[list[int]]:
 def regenerate(cfg: RegenConfig) -> dict:
     """Write ``out`` (safetensors: tokens, loss_mask, sampled) and ``out.json`` (provenance)."""
     out = Path(cfg.out)
-    shard_dir = out.with_name(out.name + ".shards")
+    shard_dir = Path(cfg.shards) if cfg.shards else out.with_name(out.name + ".shards")
     shard_dir.mkdir(parents=True, exist_ok=True)
     target = TargetRuntime.load(cfg.target, dtype=getattr(torch, cfg.dtype))
     chat = cfg.prompts is not None
@@ -128,7 +130,7 @@ def regenerate(cfg: RegenConfig) -> dict:
         tensors = {"tokens": tokens, "loss_mask": mask, "sampled": torch.tensor(sampled)}
         atomic_write(shard, lambda p, t=tensors: save_file(t, str(p)))
     parts = [load_file(str(shard_dir / f"{bi:05d}.safetensors")) for bi in range(n_batches)]
-    merged = {k: torch.cat([p[k] for p in parts]) for k in ("tokens", "loss_mask", "sampled")}
+    merged = {k: torch.cat([p[k] for p in parts])[: len(prompts)] for k in ("tokens", "loss_mask", "sampled")}
     atomic_write(out, lambda p: save_file(merged, str(p)))
     digest = hashlib.sha256(out.read_bytes()).hexdigest()[:16]
     meta = {

