@@ -96,3 +96,11 @@ def test_prompt_rows_errors_name_the_line(tmp_path):
     path.write_text('{"prompt": "a\u2028b"}\n\n{"messages": [{"role": "user", "content": "c"}], "id": 5}\n')
     rows = read_prompt_rows(path)
     assert rows[0] == {"prompt": "a\u2028b", "id": "p-1", "category": "default"} and rows[1]["id"] == 5
+
+
+def test_round_robin_covers_every_category_in_order():
+    from lilicorr.data.prompt_sets import round_robin
+
+    rows = [{"id": f"{c}{i}", "category": c} for c in "abc" for i in range(3)]
+    assert [r["id"] for r in round_robin(rows, 5)] == ["a0", "b0", "c0", "a1", "b1"]
+    assert len(round_robin(rows, 50)) == 9

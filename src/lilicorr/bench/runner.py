@@ -25,7 +25,7 @@ from lilicorr.decoding.proposers import ArmProposer, OracleLatticeProposer
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.decoding.stats import SpecStats
-from lilicorr.target.runtime import TargetRuntime
+from lilicorr.target.runtime import TargetRuntime, cpu_has_fast_bf16, resolve_dtype
 
 
 @dataclass
@@ -164,6 +164,16 @@ def run_arm(
     }
 
 
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def environment() -> dict:
     import transformers
 
@@ -172,7 +182,8 @@ def environment() -> dict:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "threads": torch.get_num_threads(),
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": _cpu_model(),
+        "amx_bf16": cpu_has_fast_bf16(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
@@ -187,6 +198,7 @@ def run_bench(
     arms: list[Arm] | None = None,
     seed: int = 0,
     sweep: dict | None = None,
+    dtype: str = "float32",
 ) -> dict:
     """Every arm × temperature on the prompts (batch 1); optionally the throughput sweep
     (``sweep = {"concurrencies": [...], "input_lens": [...], "max_tokens": n, "arms": [names] | None}``).
@@ -198,10 +210,12 @@ def run_bench(
     from lilicorr.bench.cache import PartCache, fingerprint, weights_id
     from lilicorr.bench.sweep import entropy_tiers, throughput_sweep
 
-    target = TargetRuntime.load(target_dir)
+    torch_dtype = resolve_dtype(dtype)  # target and drafters alike; AR runs in the same dtype
+    dtype = str(torch_dtype).removeprefix("torch.")
+    target = TargetRuntime.load(target_dir, dtype=torch_dtype)
     arms = arms or default_arms(draft_dirs)
-    drafts = {d: load_draft(d, target.model.config) for d in {a.draft for a in arms if a.draft}}
-    cache = PartCache(out, fingerprint(target_dir, prompts, max_tokens, seed))
+    drafts = {d: load_draft(d, target.model.config, dtype=torch_dtype) for d in {a.draft for a in arms if a.draft}}
+    cache = PartCache(out, fingerprint(target_dir, prompts, max_tokens, seed, dtype))
     tiers = cache.get("tiers") or entropy_tiers(target, prompts)
     cache.put("tiers", tiers)
     prompts = [{**p, "tier": tiers[p["id"]]} for p in prompts]
@@ -210,6 +224,7 @@ def run_bench(
         "drafts": draft_dirs,
         "environment": environment(),
         "max_tokens": max_tokens,
+        "dtype": dtype,
         "tiers": tiers,
         "runs": [],
     }

@@ -50,6 +50,12 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ignore-eos", action="store_true")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", action="store_true", help="one JSON object per prompt")
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "float32", "bfloat16"],
+        help="target and drafter weights (auto: bf16 on CUDA or an AMX-bf16 CPU, else fp32)",
+    )
 
 
 def read_prompts(path: Path) -> list[dict]:
@@ -99,13 +105,14 @@ def run_generate(args: argparse.Namespace) -> int:
     from lilicorr.decoding.engine import SpecConfig, SpecEngine
     from lilicorr.decoding.request import Request
     from lilicorr.decoding.sampling import SamplingParams
-    from lilicorr.target.runtime import TargetError, TargetRuntime
+    from lilicorr.target.runtime import TargetError, TargetRuntime, resolve_dtype
 
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        target = TargetRuntime.load(args.target)
-        draft = load_draft(args.draft, target.model.config) if args.draft else None
+        dtype = resolve_dtype(args.dtype)
+        target = TargetRuntime.load(args.target, dtype=dtype)
+        draft = load_draft(args.draft, target.model.config, dtype=dtype) if args.draft else None
         spec = SpecConfig(
             method=args.method,
             num_speculative_tokens=args.num_speculative_tokens,

@@ -263,8 +263,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         args.sweep_concurrency, args.sweep_input_lens, args.sweep_max_tokens = [1, 2], [32], 16
     if args.prompts:
         from lilicorr.cli.generate import read_prompts
+        from lilicorr.data.prompt_sets import round_robin
 
-        prompts = read_prompts(Path(args.prompts))[: args.num_prompts]
+        prompts = round_robin(read_prompts(Path(args.prompts)), args.num_prompts)  # every category represented
         if args.chat:  # plain prompts become one user turn; rows with messages already are chat
             prompts = [
                 {**p, "messages": [{"role": "user", "content": p["prompt"]}]} if "messages" not in p else p
@@ -309,6 +310,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         out=Path(args.out),
         seed=args.seed,
         arms=arms,
+        dtype=args.dtype,
         sweep=None
         if args.no_sweep
         else {
@@ -568,6 +570,12 @@ def build_parser() -> argparse.ArgumentParser:
         "default: corpus test split",
     )
     s.add_argument("--chat", action="store_true", help="plain prompts get the target's chat template as one user turn")
+    s.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["auto", "float32", "bfloat16"],
+        help="target and drafter weights (auto: bf16 on CUDA or an AMX-bf16 CPU, else fp32)",
+    )
     s.add_argument("--corpus", default="data/corpus")
     s.add_argument("--num-prompts", type=int, default=16)
     s.add_argument("--prompt-tokens", type=int, default=48)

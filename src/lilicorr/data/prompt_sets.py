@@ -153,3 +153,19 @@ def read_prompt_rows(path: Path) -> list[dict]:
         row.setdefault("category", "default")
         rows.append(row)
     return rows
+
+
+def round_robin(rows: list[dict], n: int) -> list[dict]:
+    """``n`` rows taken in turn from each category (file order within one), so a prefix of a
+    category-sorted set such as MT-Bench still covers every category."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(str(r.get("category")), []).append(r)
+    out: list[dict] = []
+    i = 0
+    while len(out) < min(n, len(rows)):
+        for g in groups.values():
+            if i < len(g) and len(out) < n:
+                out.append(g[i])
+        i += 1
+    return out

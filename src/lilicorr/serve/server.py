@@ -5,19 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
-
 from lilicorr.checkpoint import load_draft
 from lilicorr.decoding.engine import SpecConfig, SpecEngine
 from lilicorr.serve.app import create_app
 from lilicorr.serve.loop import EngineLoop
 from lilicorr.serve.metrics import ServerMetrics
 from lilicorr.shipped import SHIPPED_DRAFT, SHIPPED_TARGET, SHIPPED_TARGET_NAME
-from lilicorr.target.runtime import TargetRuntime
+from lilicorr.target.runtime import TargetRuntime, resolve_dtype
 
 SPEC_KEYS = {"method", "model", "num_speculative_tokens", "draft_sample_method", "rejection_sample_method"}
-
-DTYPES = {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def parse_speculative_config(text: str | None) -> dict | None:
@@ -56,14 +52,14 @@ def build(
         served_model_name = served_model_name or SHIPPED_TARGET_NAME
         if spec is None and (Path(SHIPPED_DRAFT) / "config.json").exists():
             spec = {"method": "dflash", "model": SHIPPED_DRAFT}
-    target = TargetRuntime.load(target_dir, dtype=DTYPES[dtype])
+    target = TargetRuntime.load(target_dir, dtype=resolve_dtype(dtype))
     draft = None
     cfg = SpecConfig()
     if spec and spec.get("method") != "ar":
         draft = load_draft(
             spec["model"],
             target.model.config,
-            dtype=DTYPES[dtype],
+            dtype=resolve_dtype(dtype),
             num_speculative_tokens=spec.get("num_speculative_tokens"),
         )
         cfg = SpecConfig(

@@ -31,6 +31,26 @@ def pad_right(seqs: list[list[int]], pad: int = 0) -> tuple[torch.Tensor, torch.
     return ids, mask
 
 
+def cpu_has_fast_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (AMX-bf16). Measured on this project's machines: with
+    AMX a bf16 SmolLM2 verify of 8 tokens costs 0.78x fp32; on AMD without AVX-512 bf16 is 1.4-9x *slower*."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "amx_bf16" in flags
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    """``auto``: bf16 on CUDA or on a CPU with AMX-bf16, else fp32; or an explicit float32 / bfloat16."""
+    if name == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() or cpu_has_fast_bf16() else torch.float32
+    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if name not in table:
+        raise TargetError(f"dtype {name!r}: expected auto, float32, bfloat16 or float16")
+    return table[name]
+
+
 class TargetError(ValueError):
     """A target folder or request that cannot be used; the message names the file or field."""
 
