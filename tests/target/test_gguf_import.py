@@ -106,3 +106,14 @@ def test_bad_input_names_the_file_and_writes_nothing(tmp_path):
     with pytest.raises(TargetError, match="could not read"):
         import_gguf(truncated, tmp_path / "out")
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+
+
+def test_imported_card_records_source_speed_and_answers(tiny_gguf, tmp_path):
+    from lilicorr.target.gguf_import import import_gguf
+    from lilicorr.training.imported_card import SAMPLE_QUESTIONS, write_imported_card
+
+    meta = import_gguf(tiny_gguf, tmp_path / "out")
+    text = write_imported_card(tmp_path / "out", wheel="pkg==1.0", max_tokens=4).read_text()
+    assert meta["source_sha256"] in text and "pkg==1.0" in text and "dequantized to float32" in text
+    assert "| float32 |" in text and "| bfloat16 |" in text
+    assert all(q in text for q in SAMPLE_QUESTIONS)
