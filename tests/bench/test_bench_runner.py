@@ -25,7 +25,7 @@ def test_rerun_resumes_every_piece(tiny_target_dir, drafts, tmp_path):
     assert "resumed" not in first
     second = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 6, out=out, arms=arms, sweep=sweep)
     # every run, the tiers and every sweep cell came from disk: identical figures, timings included
-    assert len(second["resumed"]) == 1 + len(first["runs"]) + len(first["sweep"]) // 2
+    assert len(second["resumed"]) == 2 + len(first["runs"]) + len(first["sweep"]) // 2  # + tiers, hf_generate
     assert second["runs"] == first["runs"] and second["sweep"] == first["sweep"]
     # re-saving one drafter reruns only its arms
     from lilicorr.checkpoint import load_draft, save_draft
@@ -97,3 +97,13 @@ def test_sweep_skips_oracle_and_probabilistic_arms(tiny_target_dir, drafts):
     res = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 4, arms=arms, sweep=sweep)
     swept = {r["arm"] for r in res["sweep"]}
     assert swept == {a.name for a in arms if a.method != "oracle" and a.draft_sample_method == "greedy"}
+
+
+def test_hf_generate_baseline_matches_engine_ar(tiny_target):
+    from lilicorr.bench.runner import Arm, hf_generate_baseline, run_arm
+
+    prompts = [{"id": "a", "prompt": "def f(x):"}, {"id": "b", "messages": [{"role": "user", "content": "hi"}]}]
+    hf = hf_generate_baseline(tiny_target, prompts, 12)
+    ar = run_arm(tiny_target, Arm("ar", "ar"), prompts, 0.0, 12, {})
+    assert hf["outputs"] == ar["outputs"] and all(len(v) == 12 for v in hf["outputs"].values())
+    assert hf["tokens_per_s"] > 0

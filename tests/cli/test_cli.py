@@ -77,7 +77,7 @@ def test_generate_prompts_file_and_bad_file(tiny_target_dir, tmp_path, capsys):
     assert [r["id"] for r in lines] == ["a", "b"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 1}\n')
-    with pytest.raises(SystemExit, match="bad.jsonl:1: field 'prompt'"):
+    with pytest.raises(SystemExit, match="bad.jsonl:1: expected an object with 'messages' or 'prompt'"):
         main(["generate", "--target", str(tiny_target_dir), "--prompts", str(bad)])
 
 

@@ -234,6 +234,15 @@ def run_bench(
         )
         cache.put(f"run/ar/T={temp}", ar)
         results["runs"].append(ar)
+        if temp == 0:
+            hf = cache.get("hf_generate") or hf_generate_baseline(target, prompts, max_tokens)
+            cache.put("hf_generate", hf)
+            results["hf_generate"] = {
+                "tokens_per_s": hf["tokens_per_s"],
+                "engine_ar_tokens_per_s": ar["tokens_per_s"],
+                "engine_ar_vs_hf": round(ar["tokens_per_s"] / hf["tokens_per_s"], 4),
+                "identical_to_engine_ar": hf["outputs"] == ar["outputs"],
+            }
         for arm in tqdm([a for a in arms if a.method != "ar"], desc=f"arms T={temp}", mininterval=5):
             if arm.method == "oracle" and temp != 0:
                 continue  # the oracle needs the deterministic greedy reference
@@ -277,6 +286,28 @@ def run_bench(
     return results
 
 
+@torch.no_grad()
+def hf_generate_baseline(target: TargetRuntime, prompts: list[dict], max_tokens: int) -> dict:
+    """transformers' own ``generate()`` (greedy, batch 1, EOS ignored like the bench's AR) on the same
+    prompts: the engine's AR must be at least this fast, or a speedup over it would flatter."""
+    import copy
+
+    cfg = copy.deepcopy(target.model.generation_config)
+    cfg.eos_token_id, cfg.pad_token_id, cfg.do_sample = None, 0, False
+    cfg.temperature = cfg.top_p = cfg.top_k = None
+    cfg.max_new_tokens, cfg.min_new_tokens = max_tokens, 0
+    outputs, n, secs = {}, 0, 0.0
+    for p in prompts:
+        ids = torch.tensor([row_ids(target.tokenizer, p)])
+        t0 = time.perf_counter()
+        out = target.model.generate(input_ids=ids, generation_config=cfg)
+        secs += time.perf_counter() - t0
+        new = out[0, ids.shape[1] :].tolist()
+        outputs[p["id"]] = new
+        n += len(new)
+    return {"tokens_per_s": round(n / secs, 3), "outputs": outputs}
+
+
 def markdown_table(results: dict) -> str:
     """One row per arm × temperature; a τ column per prompt category present (code, prose, long …)."""
     cats = sorted({c for r in results["runs"] for c in r["tau_by_category"]})
@@ -294,4 +325,12 @@ def markdown_table(results: dict) -> str:
             + f"| {r['tokens_per_s']:.1f} | {r.get('speedup_vs_ar', 1.0):.2f}× | {r['head_walk_share'] * 100:.1f} % | "
             f"{'yes' if r.get('identical_to_ar', True) else 'NO'} |"
         )
+    hf = results.get("hf_generate")
+    if hf:
+        lines += [
+            "",
+            f"transformers `generate()` (greedy, batch 1, same prompts): {hf['tokens_per_s']:.1f} tokens/s; the "
+            f"engine's AR {hf['engine_ar_tokens_per_s']:.1f} tokens/s = {hf['engine_ar_vs_hf']:.2f}× of it; "
+            f"same tokens: {'yes' if hf['identical_to_engine_ar'] else 'NO'}.",
+        ]
     return "\n".join(lines) + "\n"
