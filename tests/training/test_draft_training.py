@@ -278,6 +278,26 @@ def test_comparison_arm_training(tiny_target_dir, regen_data, tmp_path, mode):
     assert f"comparison arm `{mode}`" in (tmp_path / mode / "MODEL_CARD.md").read_text()
 
 
+def test_comparison_arm_on_a_frozen_backbone(tiny_target_dir, regen_data, tmp_path):
+    from lilicorr.checkpoint import load_draft
+    from lilicorr.models.arms import load_arm
+
+    train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / "base", "dflash", steps=3))
+    cfg = _cfg(tiny_target_dir, regen_data, tmp_path / "arm", "dspark", steps=20, arm_rank=8)
+    cfg.init, cfg.freeze_backbone = str(tmp_path / "base"), True
+    train_draft(cfg)
+    base, arm = load_draft(tmp_path / "base"), load_draft(tmp_path / "arm")
+    for k, v in base.state_dict().items():
+        assert torch.equal(v, arm.state_dict()[k]), k
+    assert load_arm(tmp_path / "arm").kind == "dspark"
+    losses = _losses(tmp_path / "arm-run")
+    assert losses[-1] < losses[0]
+    with pytest.raises(ValueError, match="comparison arms"):
+        _cfg(tiny_target_dir, regen_data, tmp_path / "x", "lilicorr", freeze_backbone=True).validate()
+    with pytest.raises(ValueError, match="--init"):
+        _cfg(tiny_target_dir, regen_data, tmp_path / "x", "domino", freeze_backbone=True).validate()
+
+
 def test_bench_quick_cli_end_to_end(tiny_target_dir, regen_data, tmp_path, capsys):
     """`lilicorr bench --quick` on random-weight drafters (plus an arm) → valid JSON, markdown, PNGs."""
     import json
@@ -354,7 +374,6 @@ def test_card_command_round_trips_through_the_cli(mode):
         data="d.safetensors",
         out="o",
         mode=mode,
-        init="base" if mode == "head" else None,
         head_hidden_size=32,
         steps=77,
         lr=1.5e-3,
@@ -365,6 +384,8 @@ def test_card_command_round_trips_through_the_cli(mode):
         conv_kernel_size=2,
         conv_group_size=16,
         features="feats/x",
+        freeze_backbone=mode == "domino",
+        init="base" if mode in ("head", "domino") else None,
         mask_token="<empty_output>",
         bf16=False,
         head_weights=HeadLossWeights(distill=0.5),

@@ -182,6 +182,7 @@ def _cmd_train_draft(args: argparse.Namespace) -> int:
         checkpoint_minutes=args.checkpoint_minutes,
         head_weights=HeadLossWeights(ce=args.w_ce, margin=args.w_margin, penalty=args.w_pen, distill=args.w_distill),
         features=args.features,
+        freeze_backbone=args.freeze_backbone,
         conv_kernel_size=args.conv_kernel_size,
         conv_group_size=args.conv_group_size,
         mask_token=args.mask_token,
@@ -512,6 +513,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--checkpoint-minutes", type=float, default=4.0)
     s.add_argument("--resume", action="store_true")
     s.add_argument("--features", default=None, help="target feature cache from `lilicorr data features`")
+    s.add_argument(
+        "--freeze-backbone",
+        action="store_true",
+        help="comparison arms: train only the arm on the frozen --init backbone (like --mode head for LiLiCorr)",
+    )
     s.add_argument("--conv-kernel-size", type=int, default=0, help="DFlash2 convolution taps (0: off; DFlash2: 2)")
     s.add_argument("--conv-group-size", type=int, default=0, help="DFlash2 convolution channel group (DFlash2: 16)")
     s.add_argument("--mask-token", default="", help="DFlash mask token (default: <|mask|>, else <empty_output>)")

@@ -97,12 +97,21 @@ class DraftTrainConfig:
     features: str | None = None  # feature cache (lilicorr data features); None: target forward online
     mask_token: str = ""  # DFlash mask token; "" = '<|mask|>' if the vocabulary has it, else '<empty_output>'
     device: str = "auto"  # auto | cpu | cuda
+    # Comparison arms (dflash2 / dspark / domino) on a frozen --init backbone: only the arm trains, as
+    # the LiLiCorr head does in mode 'head' — a cheap head-to-head on one shared backbone.
+    freeze_backbone: bool = False
+
+    @property
+    def backbone_frozen(self) -> bool:
+        return self.mode == "head" or self.freeze_backbone
 
     def validate(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r}: expected one of {MODES}")
-        if self.mode == "head" and not self.init:
-            raise ValueError("mode 'head' trains a head on an existing backbone: pass --init DRAFT_DIR")
+        if self.freeze_backbone and self.mode not in ("dflash2", "dspark", "domino"):
+            raise ValueError(f"--freeze-backbone is for the comparison arms (mode {self.mode!r}; use --mode head)")
+        if self.backbone_frozen and not self.init:
+            raise ValueError(f"mode {self.mode!r} on a frozen backbone needs that backbone: pass --init DRAFT_DIR")
 
 
 def _lr(step: int, cfg: DraftTrainConfig) -> float:
@@ -228,7 +237,7 @@ class DraftStep:
         else:
             taps, final = (f.to(dev, non_blocking=True) for f in feats)
         taps = taps.float() if not cfg.bf16 else taps
-        freeze_backbone = cfg.mode == "head"
+        freeze_backbone = cfg.backbone_frozen
         with (
             torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.bf16),
             torch.set_grad_enabled(torch.is_grad_enabled() and not freeze_backbone),
@@ -247,7 +256,7 @@ class DraftStep:
         logits = logits.flatten(0, 1)
         vflat = valid.flatten()
         res: dict[str, torch.Tensor] = {}
-        if cfg.mode != "head":
+        if not cfg.backbone_frozen:
             res["dflash_sum"], res["dflash_den"] = dflash_loss(logits, labels, vflat, cfg.gamma)
         ids = None
         walk_ids = None
@@ -417,9 +426,9 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
     n_val = min(cfg.val_sequences, len(batches) // 5)
     val_idx = torch.arange(n_val)
     train_mask = batches.mask[n_val:]
-    if cfg.mode == "head":
+    if cfg.backbone_frozen:
         for name, p in model.named_parameters():
-            p.requires_grad_(name.startswith("lilicorr."))
+            p.requires_grad_(name.startswith("lilicorr.") and cfg.mode == "head")
     arm = None
     if cfg.mode in ("dflash2", "dspark", "domino"):
         from lilicorr.models.arms import build_arm

@@ -51,6 +51,8 @@ def train_command(tc: dict) -> str:
         parts.append("--clip-per-module")
     if tc.get("conv_kernel_size"):
         parts.append(f"--conv-kernel-size {tc['conv_kernel_size']} --conv-group-size {tc['conv_group_size']}")
+    if tc.get("freeze_backbone"):
+        parts.append("--freeze-backbone")
     if tc.get("features"):
         parts.append(f"--features {tc['features']}")
     if tc.get("mask_token"):
