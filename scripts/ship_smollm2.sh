@@ -6,7 +6,9 @@
 #   3. data: the target answers them itself under its chat template (every other row T=1, EOS-terminated)
 #   4. features: the target's tapped hidden states, extracted once, shared by every drafter
 #   5. DFlash and co-trained LiLiCorr on identical data, steps, seed and backbone geometry, in parallel
-# Knobs: SEQS (sequences of data), STEPS, THREADS_REGEN.
+#   6. heads on the frozen smollm2-dflash backbone, HEAD_STEPS each, two at a time: LiLiCorr's head and
+#      the comparison arms (DFlash2's selector, DSpark, Domino)
+# Knobs: SEQS (sequences of data), STEPS, HEAD_STEPS, THREADS_REGEN; STAGES (default "data main heads").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
@@ -19,19 +21,39 @@ FEATS=data/cache/features-smollm2-$SEQS
 mkdir -p runs data/prompts
 
 make target
+STAGES=${STAGES:-data main heads}
 [ -f data/prompts/sharegpt.jsonl ] || $L data prompts sharegpt --out data/prompts/sharegpt.jsonl
+if [[ $STAGES == *data* ]]; then
 # Shards are per batch of 32 and prompts come in file order, so any SEQS reuses the shards already made.
 $L data regenerate --target $TARGET --prompts data/prompts/sharegpt.jsonl --out $DATA \
   --shards data/regen-smollm2/sharegpt.safetensors.shards --num-sequences $SEQS --max-prompt-tokens 256 \
   --new-tokens 256 --batch-size 32 --dtype bfloat16 --threads ${THREADS_REGEN:-2} --seed 0
 $L data features --target $TARGET --data $DATA --out $FEATS --threads 2
+fi
 
 COMMON="--target $TARGET --data $DATA --features $FEATS --steps $STEPS --batch-size 8 --anchors 16 --block-size 8
   --num-layers 1 --lr 1e-3 --gamma 4 --seed 0 --threads 1 --val-every 250"
 HEAD="--candidate-topk 8 --head-hidden-size 128 --head-layers 2 --head-heads 4 --factor-dim 64 --logit-scale 8"
+if [[ $STAGES == *main* ]]; then
 [ -f models/smollm2-dflash/config.json ] || $L train draft $COMMON --mode dflash --out models/smollm2-dflash \
   --resume > runs/train-smollm2-dflash.log 2>&1 &
 [ -f models/smollm2-lilicorr/config.json ] || $L train draft $COMMON $HEAD --mode lilicorr \
   --clip-per-module --head-grad-to-backbone 0.25 --w-distill 0.25 \
   --out models/smollm2-lilicorr --resume > runs/train-smollm2-lilicorr.log 2>&1 &
 wait
+fi
+
+if [[ $STAGES == *heads* ]]; then
+HCOMMON=${COMMON/--steps $STEPS/--steps ${HEAD_STEPS:-600}}
+HCOMMON="$HCOMMON --init models/smollm2-dflash"
+[ -f models/smollm2-dflash-head/config.json ] || $L train draft $HCOMMON $HEAD --mode head --w-distill 0.25 \
+  --out models/smollm2-dflash-head --resume > runs/train-smollm2-dflash-head.log 2>&1 &
+[ -f models/arms/smollm2-dflash2/config.json ] || $L train draft $HCOMMON --mode dflash2 --freeze-backbone \
+  --candidate-topk 8 --arm-rank 64 --out models/arms/smollm2-dflash2 --resume > runs/train-smollm2-dflash2.log 2>&1 &
+wait
+[ -f models/arms/smollm2-dspark/config.json ] || $L train draft $HCOMMON --mode dspark --freeze-backbone \
+  --candidate-topk 8 --arm-rank 64 --out models/arms/smollm2-dspark --resume > runs/train-smollm2-dspark.log 2>&1 &
+[ -f models/arms/smollm2-domino/config.json ] || $L train draft $HCOMMON --mode domino --freeze-backbone \
+  --candidate-topk 8 --arm-rank 64 --out models/arms/smollm2-domino --resume > runs/train-smollm2-domino.log 2>&1 &
+wait
+fi

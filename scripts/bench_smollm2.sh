@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The SmolLM2 comparison behind docs/RESULTS.md: every shipped SmolLM2 drafter and head on MT-Bench
+# (8 categories) + HumanEval, round-robin PER_CAT prompts per category, T = 0 and 1, batch 1, in one
+# process beside AR and transformers' generate(). Run it alone on the machine (timings). Resumable.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
+L=.venv/bin/lilicorr
+OUT=${OUT:-runs/bench-smollm2}
+PER_CAT=${PER_CAT:-2}
+MAX_NEW=${MAX_NEW:-96}
+DTYPE=${DTYPE:-auto}
+mkdir -p data/prompts
+[ -f data/prompts/mt-bench.jsonl ] || $L data prompts mt-bench --out data/prompts/mt-bench.jsonl
+[ -f data/prompts/humaneval.jsonl ] || $L data prompts humaneval --out data/prompts/humaneval.jsonl
+cat data/prompts/mt-bench.jsonl data/prompts/humaneval.jsonl > data/prompts/eval-mt-bench-humaneval.jsonl
+DRAFTS=(models/smollm2-dflash models/smollm2-lilicorr)
+for d in models/smollm2-dflash-head models/arms/smollm2-dflash2 models/arms/smollm2-dspark models/arms/smollm2-domino ${EXTRA_DRAFTS:-}; do
+  [ -f $d/config.json ] && DRAFTS+=($d)
+done
+$L bench --target models/smollm2-135m-instruct "${DRAFTS[@]/#/--draft=}" \
+  --prompts data/prompts/eval-mt-bench-humaneval.jsonl --num-prompts $((9 * PER_CAT)) --max-new-tokens $MAX_NEW \
+  --temperatures 0 1 --dtype $DTYPE --threads 2 --no-sweep --out "$OUT"
+$L report "$OUT/results.json" --out docs/RESULTS.md --title "Results: SmolLM2-135M-Instruct drafters" \
+  --baseline smollm2-dflash --command "scripts/bench_smollm2.sh" ${NOTES:+--notes $NOTES}
