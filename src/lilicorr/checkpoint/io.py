@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from safetensors import safe_open
@@ -153,13 +154,36 @@ def _checkpoint_files(path: Path) -> list[Path]:
     raise CheckpointError(f"{path}: model.safetensors not found")
 
 
+class ValidatedFolder(NamedTuple):
+    cfg: DraftConfig
+    sources: dict[str, tuple[Path, str]]  # canonical tensor name → (file, name in the file)
+    quantized: dict[str, str]  # quantized module → scheme ("nvfp4" | "int8"); empty when unquantized
+
+
+_SCALE_SUFFIXES = (".weight_scale_2", ".weight_scale", ".input_scale")
+
+
+def _quantized_shapes(scheme: str, module: str, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+    out_f, in_f = shape
+    if scheme == "nvfp4":
+        return {
+            f"{module}.weight": (out_f, in_f // 2),
+            f"{module}.weight_scale": (out_f, in_f // 16),
+            f"{module}.weight_scale_2": (),
+        }
+    return {f"{module}.weight": (out_f, in_f), f"{module}.weight_scale": (out_f, 1)}
+
+
 def validate_draft_folder(
     path: str | Path, target_cfg=None, num_speculative_tokens: int | None = None
-) -> tuple[DraftConfig, dict[str, tuple[Path, str]]]:
-    """Check config, target compatibility and tensor coverage; returns (config, canonical name → source)."""
+) -> ValidatedFolder:
+    """Check config, target compatibility, quantization rules and tensor coverage."""
+    from lilicorr.checkpoint.quant import check_exclusions, must_stay_float, scheme_of
+
     path = Path(path)
     cfg = read_draft_config(path)
     where = str(path / "config.json")
+    scheme, exclude = scheme_of(json.loads((path / "config.json").read_text()).get("quantization_config"), where)
     if target_cfg is not None:
         check_target_compat(cfg, target_cfg, where)
     if num_speculative_tokens is not None:
@@ -180,6 +204,28 @@ def validate_draft_folder(
             raise
         except Exception as e:  # noqa: BLE001 - a corrupt file is reported with its name
             raise CheckpointError(f"{f}: cannot read safetensors ({e})") from e
+    quantized: dict[str, str] = {}
+    scale_modules = {n[: -len(sfx)] for n in found for sfx in _SCALE_SUFFIXES if n.endswith(sfx)}
+    if scale_modules and scheme is None:
+        raise CheckpointError(
+            f"{path}: quantization scales for {sorted(scale_modules)[:4]} but config.json has no quantization_config"
+        )
+    if scheme is not None:
+        with torch.device("meta"):
+            meta_model = DraftModel(cfg)
+        check_exclusions(meta_model, exclude, where)
+        bad = sorted(m for m in scale_modules if must_stay_float(m))
+        if bad:
+            raise CheckpointError(
+                f"{path}: module '{bad[0]}' is quantized but must stay floating point "
+                "(vLLM and SGLang read it as a float tensor)"
+            )
+        for module in sorted(scale_modules):
+            if f"{module}.weight" not in expected:
+                raise CheckpointError(f"{path}: quantization scales for '{module}', which is not a linear layer")
+            quantized[module] = scheme
+            shape = expected.pop(f"{module}.weight")
+            expected.update(_quantized_shapes(scheme, module, shape))
     if cfg.has_own_lm_head and "lm_head.weight" not in found:
         raise CheckpointError(f"{where}: 'has_own_lm_head' is true but tensor 'lm_head.weight' is missing")
     ignored = {n for n in found if _TOLERATED.match(n) or (n == "lm_head.weight" and not cfg.has_own_lm_head)}
@@ -204,7 +250,7 @@ def validate_draft_folder(
             raise CheckpointError(
                 f"{path}: tensor '{found[name][1]}' has shape {list(shapes[name])}, expected {list(shape)}"
             )
-    return cfg, {n: found[n] for n in expected}
+    return ValidatedFolder(cfg, {n: found[n] for n in expected}, quantized)
 
 
 def load_draft(
@@ -212,10 +258,17 @@ def load_draft(
     target_cfg=None,
     dtype: torch.dtype = torch.float32,
     num_speculative_tokens: int | None = None,
+    int8_kernels: bool = True,
 ) -> DraftModel:
-    """Validate everything, then build and fill the model (strict); nothing partial is returned."""
-    cfg, sources = validate_draft_folder(path, target_cfg, num_speculative_tokens)
-    state: dict[str, torch.Tensor] = {}
+    """Validate everything, then build and fill the model (strict); nothing partial is returned.
+
+    Quantized checkpoints: NVFP4 weights are dequantized to ``dtype``; int8 layers run as W8A8
+    ``Int8Linear`` (``torch._int_mm``) unless ``int8_kernels`` is False (dequantized then).
+    """
+    from lilicorr.checkpoint.quant import Int8Linear, dequantize_nvfp4
+
+    cfg, sources, quantized = validate_draft_folder(path, target_cfg, num_speculative_tokens)
+    raw_t: dict[str, torch.Tensor] = {}
     by_file: dict[Path, list[tuple[str, str]]] = {}
     for name, (f, raw) in sources.items():
         by_file.setdefault(f, []).append((name, raw))
@@ -223,12 +276,30 @@ def load_draft(
         with safe_open(str(f), framework="pt") as sf:
             for name, raw in names:
                 t = sf.get_tensor(raw)
-                if not t.is_floating_point():
-                    raise CheckpointError(
-                        f"{f}: tensor '{raw}' has dtype {t.dtype}; quantized checkpoints are "
-                        "not supported by the reference engine"
-                    )
-                state[name] = t.to(dtype)
+                module = name.rsplit(".", 1)[0]
+                if not t.is_floating_point() and module not in quantized and not name.endswith(_SCALE_SUFFIXES):
+                    raise CheckpointError(f"{f}: tensor '{raw}' has dtype {t.dtype} but its module is not quantized")
+                raw_t[name] = t
+    state: dict[str, torch.Tensor] = {}
+    int8: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    for name, t in raw_t.items():
+        if name.endswith(_SCALE_SUFFIXES):
+            continue
+        module = name[: -len(".weight")] if name.endswith(".weight") else None
+        scheme = quantized.get(module) if module else None
+        if scheme == "nvfp4":
+            t = dequantize_nvfp4(t, raw_t[f"{module}.weight_scale"], raw_t[f"{module}.weight_scale_2"])
+        elif scheme == "int8":
+            scale = raw_t[f"{module}.weight_scale"].float()
+            int8[module] = (t, scale)
+            t = t.float() * scale
+        state[name] = t.to(dtype)
     model = DraftModel(cfg).to(dtype)
     model.load_state_dict(state, strict=True)
+    if int8_kernels:
+        for module, (w, scale) in int8.items():
+            parent_name, _, child = module.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            lin = getattr(parent, child)
+            setattr(parent, child, Int8Linear(w, scale, lin.bias.detach() if lin.bias is not None else None, dtype))
     return model.eval()

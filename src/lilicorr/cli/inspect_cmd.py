@@ -33,7 +33,7 @@ def run_inspect(args: argparse.Namespace) -> int:
             from transformers import AutoConfig
 
             target_cfg = AutoConfig.from_pretrained(args.target)
-        cfg, sources = validate_draft_folder(args.checkpoint, target_cfg, args.num_speculative_tokens)
+        cfg, sources, quantized = validate_draft_folder(args.checkpoint, target_cfg, args.num_speculative_tokens)
     except CheckpointError as e:
         print(f"INVALID: {e}")
         return 1
@@ -42,11 +42,15 @@ def run_inspect(args: argparse.Namespace) -> int:
         return 1
     counts: Counter[str] = Counter()
     for name, (f, raw) in sources.items():
+        if name.endswith((".weight_scale", ".weight_scale_2", ".input_scale")):
+            continue
         with safe_open(str(f), framework="pt") as sf:
             shape = sf.get_slice(raw).get_shape()
         n = 1
         for s in shape:
             n *= s
+        if quantized.get(name.removesuffix(".weight")) == "nvfp4":
+            n *= 2  # two 4-bit values per stored byte
         counts[_module_of(name)] += n
     total = sum(counts.values())
     head = sum(v for k, v in counts.items() if k.startswith("lilicorr"))
@@ -66,6 +70,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         },
         "lilicorr": vars(cfg.lilicorr) if cfg.lilicorr else None,
         "parameters": {"total": total, "head": head, "backbone": total - head, "per_module": dict(counts)},
+        "quantized_modules": quantized,
         "verdict": "VALID" + (f" for target {args.target}" if args.target else " (no target checked)"),
     }
     if args.json:
@@ -80,5 +85,10 @@ def run_inspect(args: argparse.Namespace) -> int:
     print(f"  parameters         {total:,} (backbone {total - head:,}, head {head:,})")
     for k, v in sorted(counts.items()):
         print(f"    {k:32} {v:>12,}")
+    if quantized:
+        schemes = sorted(set(quantized.values()))
+        print(f"  quantized          {len(quantized)} linear layers ({', '.join(schemes)}); every other module float:")
+        for m in sorted(quantized):
+            print(f"    {m:40} {quantized[m]}")
     print(info["verdict"])
     return 0

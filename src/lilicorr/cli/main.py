@@ -364,10 +364,22 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from lilicorr.checkpoint import CheckpointError, load_draft, save_draft
 
     try:
-        model = load_draft(args.checkpoint, dtype=torch.float32)
+        model = load_draft(args.checkpoint, dtype=torch.float32, int8_kernels=False)
     except CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.quantize:
+        from lilicorr.checkpoint.quant import export_quantized
+
+        if args.scheme != "A":
+            print("error: --quantize writes Scheme A names (what vLLM and SGLang load)", file=sys.stderr)
+            return 2
+        summary = export_quantized(model, args.out, args.quantize, source=str(args.checkpoint))
+        print(
+            f"wrote {args.out} ({model.cfg.architecture}, {args.quantize}: {len(summary['quantized'])} linear layers "
+            f"quantized, {len(summary['excluded'])} modules excluded: {', '.join(summary['excluded'])})"
+        )
+        return 0
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[args.dtype]
     save_draft(model, args.out, scheme=args.scheme, dtype=dtype)
     print(f"wrote {args.out} ({model.cfg.architecture}, scheme {args.scheme}, {args.dtype})")
@@ -628,7 +640,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default="runs/bench", help="output folder; a rerun with the same inputs resumes in it")
     s.set_defaults(func=_cmd_bench)
 
-    s = sub.add_parser("export", help="re-write a draft checkpoint (tensor-name scheme A or B, dtype)")
+    s = sub.add_parser("export", help="re-write a draft checkpoint (tensor-name scheme A or B, dtype, quantized)")
     s.add_argument("checkpoint")
     s.add_argument("--out", required=True)
     s.add_argument(
@@ -638,6 +650,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="A: what vLLM 0.32/0.33 and SGLang 0.5.23 load; B: ModelOpt / TensorRT-LLM naming",
     )
     s.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
+    s.add_argument(
+        "--quantize",
+        choices=["nvfp4", "int8"],
+        default=None,
+        help="nvfp4: ModelOpt layout (weight-only, group 16); int8: W8A8 compressed-tensors. The head's "
+        "float-only modules stay bf16 and are written as exclusions",
+    )
     s.set_defaults(func=_cmd_export)
 
     s = sub.add_parser("report", help="generate a results markdown page with plots from a bench results.json")
