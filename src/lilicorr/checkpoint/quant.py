@@ -51,7 +51,9 @@ def linear_modules(model: nn.Module) -> dict[str, nn.Linear]:
 def float_modules(model: nn.Module) -> list[str]:
     """The exclusion list written with a quantized export: every weight-bearing module kept in float."""
     names = [n for n in linear_modules(model) if must_stay_float(n)]
-    names += [n for n, m in model.named_modules() if n.endswith(".attn") and hasattr(m, "in_proj_weight")]
+    # the lattice attention's raw in_proj parameters: named "…attn.in_proj", never "…attn", because vLLM
+    # also matches exclusions as substrings and "…attn" would exclude the quantizable attn.out_proj
+    names += [f"{n}.in_proj" for n, m in model.named_modules() if n.endswith(".attn") and hasattr(m, "in_proj_weight")]
     names += [n for n, _ in model.named_modules() if n == "lilicorr.feature_norm"]
     return sorted(set(names) | {"lm_head"})
 
