@@ -363,6 +363,28 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     from lilicorr.checkpoint import CheckpointError, load_draft, save_draft
 
+    if args.format == "gguf":
+        from lilicorr.export.gguf import export_gguf
+
+        if not args.target:
+            print(
+                "error: --format gguf needs --target TARGET_DIR (llama.cpp takes the tokenizer from it)",
+                file=sys.stderr,
+            )
+            return 2
+        try:
+            info = export_gguf(args.checkpoint, args.target, args.out)
+        except (CheckpointError, ValueError, RuntimeError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        if info["head_dropped"]:
+            print(
+                f"note: {args.checkpoint} is a LiLiCorr drafter; llama.cpp has no LiLiCorr head, so the GGUF holds "
+                "its DFlash backbone (it drafts as vanilla DFlash there)",
+                file=sys.stderr,
+            )
+        print(json.dumps(info))
+        return 0
     try:
         model = load_draft(args.checkpoint, dtype=torch.float32, int8_kernels=False)
     except CheckpointError as e:
@@ -650,6 +672,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="A: what vLLM 0.32/0.33 and SGLang 0.5.23 load; B: ModelOpt / TensorRT-LLM naming",
     )
     s.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
+    s.add_argument(
+        "--format",
+        choices=["hf", "gguf"],
+        default="hf",
+        help="hf: a vLLM/SGLang folder; gguf: a llama.cpp drafter file (llama.cpp's own converter; needs --target)",
+    )
+    s.add_argument("--target", default=None, help="--format gguf: the target's HF folder (tokenizer, mask token)")
     s.add_argument(
         "--quantize",
         choices=["nvfp4", "int8"],

@@ -1,0 +1,1 @@
+"""Exports for deployment paths other than vLLM/SGLang folders (GGUF for llama.cpp)."""
