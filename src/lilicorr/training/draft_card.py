@@ -62,6 +62,28 @@ def train_command(tc: dict) -> str:
     return " ".join(p for p in parts if p)
 
 
+def _data_command(dc: dict) -> str:
+    """The ``lilicorr data regenerate`` command recorded in a data file's provenance."""
+    parts = [f"lilicorr data regenerate --target {dc['target']} --out {dc['out']}"]
+    if dc.get("prompts"):
+        parts.append(
+            f"--prompts {dc['prompts']} --max-prompt-tokens {dc['max_prompt_tokens']} --new-tokens {dc['new_tokens']}"
+        )
+    parts.append(f"--num-sequences {dc['num_sequences']} --seed {dc['seed']}")
+    if "batch_size" in dc:
+        parts.append(f"--batch-size {dc['batch_size']}")
+    if dc.get("dtype", "float32") != "float32":
+        parts.append(f"--dtype {dc['dtype']}")
+    return " ".join(parts)
+
+
+def _categories(bench: dict) -> str:
+    counts: dict[str, int] = {}
+    for r in bench["runs"][0].get("per_request", []):
+        counts[str(r.get("category"))] = counts.get(str(r.get("category")), 0) + 1
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+
+
 def _arm_line(model_dir: Path) -> list[str]:
     """Comparison arms live in a sidecar (``arm.safetensors`` + ``arm.json``) that only our engine reads."""
     if not (model_dir / "arm.json").exists():
@@ -114,14 +136,16 @@ def write_draft_card(
         f"| seed | {tc['seed']} |",
         f"| data | `{tc['data']}`: {meta['sequences']} sequences × {meta['length']} tokens "
         f"({meta['sampled_sequences']} continued at T=1, the rest greedily), sha256[:16] `{meta['sha256_16']}` |",
-        f"| data command | `lilicorr data regenerate --target {meta['config']['target']} --out {meta['config']['out']} "
-        f"--num-sequences {meta['config']['num_sequences']} --seed {meta['config']['seed']}"
-        + (f" --batch-size {meta['config']['batch_size']}" if "batch_size" in meta["config"] else "")
-        + "` |",
+        f"| data command | `{_data_command(meta['config'])}` |",
+        *(
+            [f"| target features | cached once by `lilicorr data features` in `{tc['features']}` (bf16), shared |"]
+            if tc.get("features")
+            else []
+        ),
         f"| steps × batch × anchors | {summary['steps']} × {tc['batch_size']} × {tc['anchors']} |",
         f"| optimiser | AdamW fp32 master weights, lr {tc['lr']}, warm-up {tc['warmup_ratio']}, cosine, clip "
         f"{tc['grad_clip']} ({'backbone and head separately' if tc.get('clip_per_module') else 'one global norm'}), "
-        f"bf16 autocast; DFlash γ {tc['gamma']} |",
+        f"{'bf16 autocast' if tc.get('bf16', True) else 'fp32'}; DFlash γ {tc['gamma']} |",
         f"| head loss weights | {tc['head_weights']}; head-loss gradient into the backbone × "
         f"{tc.get('head_grad_to_backbone', 1.0):g} |",
         f"| wall time | {summary['wall_time_s'] / 60:.1f} min, {tc['threads']} thread(s), "
@@ -145,7 +169,7 @@ def write_draft_card(
             "",
             "## Decoding (measured with the engine)",
             "",
-            f"`{bench_command}` — {b['runs'][0]['prompts']} held-out test-split prompts"
+            f"`{bench_command}` — {b['runs'][0]['prompts']} prompts ({_categories(b)})"
             + (f" ({n_long} of them long-context)" if n_long else "")
             + ", "
             f"{b['max_tokens']} new tokens each, batch 1, {b['environment']['threads']} threads.",

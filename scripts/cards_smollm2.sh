@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# (Re)write the MODEL_CARD.md of every shipped SmolLM2 drafter from its training summary and the bench
+# behind docs/RESULTS.md (scripts/bench_smollm2.sh). Training commands are rebuilt from the recorded configs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
+OUT=${OUT:-runs/bench-smollm2}
+for m in models/smollm2-dflash models/smollm2-lilicorr models/smollm2-dflash-head models/arms/smollm2-dflash2 \
+  models/arms/smollm2-dspark models/arms/smollm2-domino ${EXTRA_MODELS:-}; do
+  [ -f "$m/training_summary.json" ] || continue
+  data=$(python3 -c "import json,sys; print(json.load(open('$m/training_summary.json'))['config']['data'])")
+  .venv/bin/lilicorr card draft "$m" --data-meta "$data.json" --bench "$OUT/results.json" \
+    --bench-command "scripts/bench_smollm2.sh"
+done
