@@ -1,37 +1,18 @@
 import json
+from dataclasses import replace
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from lilicorr.training.draft import DraftTrainConfig, mask_token_id, train_draft
+from lilicorr.training.draft import mask_token_id, train_draft
 from lilicorr.training.features import FeatureStore, extract_features, supervised_length
+from tests.training.test_draft_training import _cfg as base_cfg
 
 
 def _cfg(target, data, out, mode, **kw):
-    return DraftTrainConfig(
-        target=str(target),
-        data=str(data),
-        out=str(out),
-        mode=mode,
-        run_dir=str(out) + "-run",
-        num_layers=1,
-        block_size=4,
-        candidate_topk=4,
-        head_layers=1,
-        head_heads=2,
-        factor_dim=16,
-        steps=6,
-        batch_size=4,
-        anchors=4,
-        lr=3e-3,
-        val_sequences=8,
-        val_every=2,
-        checkpoint_minutes=100,
-        target_layer_ids=[0, 2],
-        bf16=False,
-        **kw,
-    )
+    """The draft-training suite's tiny config: 6 steps, validation every 2, fp32, taps [0, 2]."""
+    return replace(base_cfg(target, data, out, mode, steps=6), val_every=2, target_layer_ids=[0, 2], bf16=False, **kw)
 
 
 def _log(run):

@@ -13,6 +13,15 @@ import time
 from pathlib import Path
 
 
+def add_dtype_arg(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument(
+        "--dtype",
+        default=default,
+        choices=["auto", "float32", "bfloat16"],
+        help="target and drafter weights (auto: bf16 on CUDA or an AMX-bf16 CPU, else fp32)",
+    )
+
+
 def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", required=True, help="local Hugging Face causal-LM folder")
     src = p.add_mutually_exclusive_group(required=True)
@@ -50,12 +59,7 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ignore-eos", action="store_true")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", action="store_true", help="one JSON object per prompt")
-    p.add_argument(
-        "--dtype",
-        default="auto",
-        choices=["auto", "float32", "bfloat16"],
-        help="target and drafter weights (auto: bf16 on CUDA or an AMX-bf16 CPU, else fp32)",
-    )
+    add_dtype_arg(p, "auto")
 
 
 def read_prompts(path: Path) -> list[dict]:

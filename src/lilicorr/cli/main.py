@@ -415,6 +415,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from lilicorr.cli.generate import add_dtype_arg, add_generate_args  # argparse only: cheap to import
+
     p = argparse.ArgumentParser(prog="lilicorr", description="LiLiCorr speculative decoding toolkit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -617,12 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
         "default: corpus test split",
     )
     s.add_argument("--chat", action="store_true", help="plain prompts get the target's chat template as one user turn")
-    s.add_argument(
-        "--dtype",
-        default="float32",
-        choices=["auto", "float32", "bfloat16"],
-        help="target and drafter weights (auto: bf16 on CUDA or an AMX-bf16 CPU, else fp32)",
-    )
+    add_dtype_arg(s, "float32")
     s.add_argument("--corpus", default="data/corpus")
     s.add_argument("--num-prompts", type=int, default=16)
     s.add_argument("--prompt-tokens", type=int, default=48)
@@ -709,7 +706,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_inspect)
 
     s = sub.add_parser("generate", help="generate text (autoregressive or speculative)")
-    from lilicorr.cli.generate import add_generate_args
 
     add_generate_args(s)
     s.set_defaults(func=_cmd_generate)
