@@ -74,3 +74,56 @@ def test_ddtree_sampling_matches_target(small_vocab_target):
     assert original is DDTreeEngine.__init__
     assert p_value(counts, exact_distribution(small_vocab_target, SamplingParams(temperature=1.0))) > ALPHA
     assert engine.stats.num_accepted_tokens > 0
+
+
+def test_lattice_tree_follows_the_heads_conditionals():
+    from lilicorr.decoding.tree import build_lattice_tree
+    from lilicorr.models.head import HeadScores
+
+    ids = torch.tensor([[[10, 11], [20, 21]]])  # [1, n=2, K=2]
+    start = torch.log(torch.tensor([[0.6, 0.4]]))
+    # after cand 0 (token 10) the head prefers cand 1 (21); after cand 1 (token 11) cand 0 (20)
+    pair = torch.log(torch.tensor([[[[0.1, 0.9], [0.8, 0.2]]]]))
+    tree = build_lattice_tree(ids, HeadScores(start=start, pair=pair), torch.tensor([7]), budget=4)
+    # scores: 10 (.6), 10→21 (.54), 11 (.4), 11→20 (.32), 10→20 (.06): best three after the root
+    assert tree.tokens[0].tolist() == [7, 10, 21, 11]
+    assert tree.parents[0].tolist() == [-1, 0, 1, 0]
+    # with independent marginals (DDTree) the second level would prefer the same token for both parents
+    tree5 = build_lattice_tree(ids, HeadScores(start=start, pair=pair), torch.tensor([7]), budget=5)
+    assert tree5.tokens[0].tolist() == [7, 10, 21, 11, 20] and tree5.parents[0].tolist() == [-1, 0, 1, 0, 3]
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("budget", [2, 9])
+def test_lattice_tree_greedy_identity(tiny_target, batch, budget):
+    prompts = _prompts(16)
+    ref = [_greedy_no_cache(tiny_target.model, p, 20) for p in prompts]
+    engine = DDTreeEngine(tiny_target, random_draft(tiny_target, lilicorr=True), budget=budget, lattice=True)
+    assert engine.method == "lilicorr-tree"
+    reqs = _requests(prompts)
+    for i in range(0, len(reqs), batch):
+        engine.generate(reqs[i : i + batch])
+    assert [r.output_ids for r in reqs] == ref
+    assert engine.stats.num_draft_tokens == engine.stats.num_drafts * (budget - 1)
+
+
+def test_lattice_tree_needs_a_lilicorr_checkpoint(tiny_target):
+    with pytest.raises(ValueError, match="LiLiCorrDraftModel"):
+        DDTreeEngine(tiny_target, random_draft(tiny_target, lilicorr=False), lattice=True)
+
+
+def test_lattice_tree_sampling_matches_target(small_vocab_target):
+    draft = random_draft(small_vocab_target, lilicorr=True, block=4, k=4)
+
+    def make(target, draft_model, cfg):
+        return DDTreeEngine(target, draft_model, cfg, budget=6, lattice=True)
+
+    from tests.decoding import test_engine_sampling as ts
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ts, "SpecEngine", make)
+        counts, engine = sample_counts(
+            small_vocab_target, draft, SpecConfig(num_speculative_tokens=2), {"temperature": 1.0}
+        )
+    assert p_value(counts, exact_distribution(small_vocab_target, SamplingParams(temperature=1.0))) > ALPHA
+    assert engine.stats.num_accepted_tokens > 0
