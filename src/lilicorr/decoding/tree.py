@@ -5,7 +5,8 @@ A best-first search picks the most likely prefixes up to a node budget — DDTre
 product of the per-slot top-k marginals, the lattice tree by the head's chain of conditionals; the
 target scores the whole tree in one pass with an ancestor-only mask; verification then follows the
 target's own choices down the tree (argmax at T = 0, a sample of the processed target distribution at
-T > 0) and stops at the first choice that is not a child — every emitted token is the target's own, so the output is exactly lossless.
+T > 0) and stops at the first choice that is not a child — every emitted token is the target's own,
+so the output is exactly lossless.
 """
 
 from __future__ import annotations
