@@ -31,11 +31,14 @@ from lilicorr.target.runtime import TargetRuntime, cpu_has_fast_bf16, resolve_dt
 @dataclass
 class Arm:
     name: str
-    method: str  # ar | dflash | lilicorr | oracle
+    method: str  # ar | dflash | lilicorr | oracle | ddtree | lilicorr-tree | a comparison arm kind
     draft: str | None = None
     num_speculative_tokens: int | None = None
     draft_sample_method: str = "greedy"
     rejection_sample_method: str = "standard"
+
+
+TREE_BUDGET = 16  # nodes per tree (root included) for both tree arms
 
 
 def default_arms(drafts: list[str]) -> list[Arm]:
@@ -52,6 +55,9 @@ def default_arms(drafts: list[str]) -> list[Arm]:
             arms.append(Arm(f"{label}:top1", "dflash", d))  # same backbone, per-slot argmax: isolates the walk
             arms.append(Arm(f"{label}:oracle", "oracle", d))
             arms.append(Arm(f"{label}:prob", "lilicorr", d, draft_sample_method="probabilistic"))
+            # trees at equal node budget on this one backbone: the head's conditionals vs the marginals
+            arms.append(Arm(f"{label}:tree", "lilicorr-tree", d))
+            arms.append(Arm(f"{label}:ddtree", "ddtree", d))
         else:
             arms.append(Arm(f"{label}", "dflash", d))
             arms.append(Arm(f"{label}:ddtree", "ddtree", d))  # training-free tree over the same marginals
@@ -66,7 +72,7 @@ def with_draft_lengths(arms: list[Arm], lengths: list[int]) -> list[Arm]:
     """Each speculative arm once per draft length (``name@nN``); DDTree keeps its node budget instead."""
     out = []
     for a in arms:
-        if a.method in ("ar", "ddtree"):
+        if a.method in ("ar", "ddtree", "lilicorr-tree"):
             out.append(a)
             continue
         for n in lengths:
@@ -91,10 +97,17 @@ def _engine(target: TargetRuntime, arm: Arm, drafts: dict, references: dict | No
         proposer = OracleLatticeProposer(draft.lilicorr, k, target.embed_tokens, references or {})
     elif arm.method in ARM_KINDS:
         proposer = ArmProposer(load_arm(Path(arm.draft)), target.embed_tokens, arm.draft_sample_method)
-    elif arm.method == "ddtree":
+    elif arm.method in ("ddtree", "lilicorr-tree"):
         from lilicorr.decoding.tree import DDTreeEngine
 
-        return DDTreeEngine(target, draft, SpecConfig(method="dflash"), budget=16, topk=4)
+        return DDTreeEngine(
+            target,
+            draft,
+            SpecConfig(method="dflash"),
+            budget=TREE_BUDGET,
+            topk=4,
+            lattice=arm.method == "lilicorr-tree",
+        )
     return SpecEngine(target, draft, cfg, proposer=proposer)
 
 

@@ -40,13 +40,14 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", help="DFlashDraftModel / LiLiCorrDraftModel checkpoint folder")
     p.add_argument(
         "--method",
-        choices=["ar", "dflash", "lilicorr", "ddtree", "dflash2", "dspark", "domino"],
+        choices=["ar", "dflash", "lilicorr", "ddtree", "lilicorr-tree", "dflash2", "dspark", "domino"],
         default=None,
         help="proposal method (default: from the checkpoint's architecture; ar without --draft). ddtree: "
-        "training-free tree over the DFlash marginals; dflash2/dspark/domino: the comparison arm saved beside "
+        "training-free tree over the DFlash marginals; lilicorr-tree: tree over the LiLiCorr lattice with the "
+        "head's conditional scores; dflash2/dspark/domino: the comparison arm saved beside "
         "the checkpoint (arm.json)",
     )
-    p.add_argument("--tree-budget", type=int, default=16, help="ddtree: nodes per tree, root included")
+    p.add_argument("--tree-budget", type=int, default=16, help="ddtree, lilicorr-tree: nodes per tree, root included")
     p.add_argument("--num-speculative-tokens", type=int, default=None, help="1..block_size-1 (default B-1)")
     p.add_argument("--draft-sample-method", choices=["greedy", "probabilistic"], default="greedy")
     p.add_argument("--rejection-sample-method", choices=["standard", "block"], default="standard")
@@ -83,7 +84,7 @@ def _build_engine(args: argparse.Namespace, target, draft, spec):
     from lilicorr.decoding.proposers import ArmProposer
     from lilicorr.models.arms import ARM_KINDS, load_arm
 
-    if args.method == "ddtree":
+    if args.method in ("ddtree", "lilicorr-tree"):
         from lilicorr.decoding.tree import DDTreeEngine
 
         return DDTreeEngine(
@@ -91,6 +92,7 @@ def _build_engine(args: argparse.Namespace, target, draft, spec):
             draft,
             SpecConfig(method="dflash", num_speculative_tokens=spec.num_speculative_tokens),
             budget=args.tree_budget,
+            lattice=args.method == "lilicorr-tree",
         )
     if args.method in ARM_KINDS:
         arm = load_arm(Path(args.draft))
