@@ -8,7 +8,7 @@ export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
 L=.venv/bin/lilicorr
 OUT=${OUT:-runs/bench-smollm2}
 PER_CAT=${PER_CAT:-2}
-MAX_NEW=${MAX_NEW:-96}
+MAX_NEW=${MAX_NEW:-64}
 DTYPE=${DTYPE:-auto}
 mkdir -p data/prompts
 [ -f data/prompts/mt-bench.jsonl ] || $L data prompts mt-bench --out data/prompts/mt-bench.jsonl
@@ -18,7 +18,15 @@ DRAFTS=(models/smollm2-dflash models/smollm2-lilicorr)
 for d in models/smollm2-dflash-head models/arms/smollm2-dflash2 models/arms/smollm2-dspark models/arms/smollm2-domino ${EXTRA_DRAFTS:-}; do
   [ -f $d/config.json ] && DRAFTS+=($d)
 done
-$L bench --target models/smollm2-135m-instruct "${DRAFTS[@]/#/--draft=}" \
+D=smollm2-dflash; LL=smollm2-lilicorr; H=smollm2-dflash-head
+ARMS=(ar $D $D:ddtree $D:prob $LL $LL:top1 $LL:oracle $LL:prob $LL:tree $LL:ddtree $H $H:oracle $H:prob
+  smollm2-dflash2:dflash2 smollm2-dspark:dspark smollm2-domino:domino ${EXTRA_ARMS:-})
+ONLY=()
+for a in "${ARMS[@]}"; do
+  base=${a%%:*}
+  case $base in ar) ONLY+=($a);; *) for d in "${DRAFTS[@]}"; do [ "$(basename $d)" = "$base" ] && ONLY+=($a); done;; esac
+done
+$L bench --target models/smollm2-135m-instruct "${DRAFTS[@]/#/--draft=}" --only "${ONLY[@]}" \
   --prompts data/prompts/eval-mt-bench-humaneval.jsonl --num-prompts $((9 * PER_CAT)) --max-new-tokens $MAX_NEW \
   --temperatures 0 1 --dtype $DTYPE --threads 2 --no-sweep --out "$OUT"
 $L report "$OUT/results.json" --out docs/RESULTS.md --title "Results: SmolLM2-135M-Instruct drafters" \
