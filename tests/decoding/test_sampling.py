@@ -47,3 +47,13 @@ def test_request_commit_rules():
     assert r.commit([1, 2, 3, 1], decode) == 3 and r.text(decode) == "ab"
     with pytest.raises(ValueError, match="at least one token"):
         Request([], SamplingParams())
+
+
+def test_inverse_cdf_is_the_one_sampling_rule():
+    from lilicorr.decoding.sampling import inverse_cdf
+
+    probs = torch.tensor([[0.2, 0.0, 0.5, 0.3], [1.0, 1.0, 1.0, 1.0]])  # second row unnormalised
+    u = torch.tensor([[0.0, 0.19, 0.2, 0.69, 0.7, 0.999], [0.0, 0.24, 0.25, 0.5, 0.74, 0.99]])
+    got = inverse_cdf(probs[:, None, :].expand(2, 6, 4), u)
+    assert got.tolist() == [[0, 0, 2, 2, 3, 3], [0, 0, 1, 2, 2, 3]]  # a zero-mass token is never drawn
+    assert inverse_cdf(torch.tensor([0.0, 0.0, 1.0]), torch.tensor(0.9999)).item() == 2

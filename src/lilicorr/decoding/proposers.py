@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from lilicorr.decoding.sampling import inverse_cdf
 from lilicorr.decoding.stats import StageTimer
 from lilicorr.decoding.walk import walk_greedy, walk_probabilistic
 from lilicorr.models.head import LiLiCorrHead, candidates
@@ -41,13 +42,6 @@ class Proposal:
             return self.q_probs[row]
         n = self.tokens.shape[1]
         return torch.zeros(n, vocab).scatter_(1, self.q_ids[row], self.q_probs[row])
-
-
-def _sample_rows(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-    """Inverse-CDF samples of ``probs`` ``[batch, n, V]`` with ``uniforms`` ``[batch, n]``."""
-    cdf = probs.cumsum(-1)
-    idx = torch.searchsorted(cdf, (uniforms * cdf[..., -1]).unsqueeze(-1).contiguous(), right=True).squeeze(-1)
-    return idx.clamp_max(probs.shape[-1] - 1)
 
 
 class Proposer:
@@ -86,7 +80,7 @@ class DFlashProposer(Proposer):
             t = torch.where(sampled, temperature, torch.ones_like(temperature))[:, None, None]
             probs = torch.softmax(d.logits / t, dim=-1)  # [batch, n, V]
             probs = torch.where(sampled[:, None, None], probs, F.one_hot(arg, probs.shape[-1]).to(probs.dtype))
-            return Proposal(tokens=_sample_rows(probs, uniforms), q_ids=None, q_probs=probs)
+            return Proposal(tokens=inverse_cdf(probs, uniforms), q_ids=None, q_probs=probs)
 
 
 class LiLiCorrProposer(Proposer):
@@ -179,8 +173,7 @@ class ArmProposer(Proposer):
                     row, state = self.arm.logits(d.hidden[:, s], d.logits[:, s], extra, state)
                 row = row.float()
                 q = torch.softmax(row / t, -1)
-                cdf = q.cumsum(-1)
-                pick_s = (uniforms[:, s : s + 1] * cdf[:, -1:] >= cdf).sum(-1).clamp_max(q.shape[-1] - 1)
+                pick_s = inverse_cdf(q, uniforms[:, s])
                 arg = row.argmax(-1)
                 idx = torch.where(sampled, pick_s, arg)
                 q = torch.where(sampled[:, None], q, F.one_hot(arg, q.shape[-1]).to(q.dtype))

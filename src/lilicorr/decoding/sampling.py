@@ -61,12 +61,18 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return probs
 
 
+def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draws: ``probs [..., V]`` (unnormalised is fine) with ``uniforms [...]`` in [0, 1) →
+    indices ``[...]``. The one sampling rule of every proposer, walk and verifier, so that a drafted
+    token and the q handed to rejection sampling always come from the same computation."""
+    cdf = probs.cumsum(-1)
+    x = (uniforms.to(cdf.dtype) * cdf[..., -1]).unsqueeze(-1).contiguous()
+    return torch.searchsorted(cdf.contiguous(), x, right=True).squeeze(-1).clamp_max(probs.shape[-1] - 1)
+
+
 def sample_from(probs: torch.Tensor, gen: torch.Generator | None) -> int:
-    """One draw from a 1-D distribution by inverse CDF with the request's own generator."""
-    u = torch.rand((), generator=gen)
-    cdf = probs.double().cumsum(0)
-    idx = int(torch.searchsorted(cdf, u * cdf[-1], right=True))
-    return min(idx, probs.shape[0] - 1)
+    """One draw from a 1-D distribution with the request's own generator (double-precision CDF)."""
+    return int(inverse_cdf(probs.double(), torch.rand((), generator=gen)))
 
 
 def choose_token(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator | None) -> int:

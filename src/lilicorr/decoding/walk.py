@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from lilicorr.decoding.sampling import inverse_cdf
 from lilicorr.models.head import HeadScores
 
 
@@ -52,8 +53,7 @@ def walk_probabilistic(
     for s in range(n):
         row = _rows(scores, s, prev)  # [batch, K]
         q = torch.softmax(row / t, dim=-1)
-        cdf = q.cumsum(-1)
-        sampled = (uniforms[:, s : s + 1] * cdf[:, -1:] >= cdf).sum(-1).clamp_max(q.shape[-1] - 1)
+        sampled = inverse_cdf(q, uniforms[:, s])
         arg = row.argmax(-1)
         pick = torch.where(greedy, arg, sampled)
         q = torch.where(greedy[:, None], torch.nn.functional.one_hot(arg, q.shape[-1]).to(q.dtype), q)
