@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from lilicorr.models.backbone import KV
+from lilicorr.target.runtime import compaction_index, gather_columns, should_compact
 
 
 @dataclass
@@ -35,19 +36,13 @@ class DraftContextCache:
             (torch.cat([k, nk], 2), torch.cat([v, nv], 2)) for (k, v), (nk, nv) in zip(self.kv, new_kv, strict=True)
         ]
         self.valid = torch.cat([self.valid, new_valid], 1)
-        if self.valid.shape[1] > 64 and self.valid.shape[1] > 2 * int(self.valid.sum(1).max()):
+        if should_compact(self.valid, int(self.valid.sum(1).max())):
             self.compact()
 
     def compact(self) -> None:
         """Squeeze holes out, live columns right-aligned in order."""
-        cols = int(self.valid.sum(1).max())
-        b, t = self.valid.shape
-        src = torch.sort(self.valid.long(), dim=1, stable=True).indices[:, t - cols :]  # [batch, cols]
-
-        def gather(x: torch.Tensor) -> torch.Tensor:
-            return torch.gather(x, 2, src[:, None, :, None].expand(b, x.shape[1], cols, x.shape[3]))
-
-        self.kv = [(gather(k), gather(v)) for k, v in self.kv]
+        src = compaction_index(self.valid, int(self.valid.sum(1).max()))  # [batch, cols]
+        self.kv = [(gather_columns(k, src), gather_columns(v, src)) for k, v in self.kv]
         self.valid = torch.gather(self.valid, 1, src)
 
     def select_rows(self, rows: torch.Tensor) -> None:

@@ -51,6 +51,25 @@ def resolve_dtype(name: str) -> torch.dtype:
     return table[name]
 
 
+# -- hole-tolerant KV caches: one rule for the target's cache and the drafter's context cache -----
+def should_compact(valid: torch.Tensor, live_max: int) -> bool:
+    """Compact once a cache is over 64 columns and more than half holes (amortised: O(1) per token)."""
+    return valid.shape[1] > 64 and valid.shape[1] > 2 * live_max
+
+
+def compaction_index(valid: torch.Tensor, cols: int) -> torch.Tensor:
+    """Source column of each kept column ``[batch, cols]``: live columns right-aligned in order, so
+    rows shorter than ``cols`` keep holes on the left (where left padding already is)."""
+    order = torch.sort(valid.long(), dim=1, stable=True).indices  # holes first, then live, stable
+    return order[:, valid.shape[1] - cols :]
+
+
+def gather_columns(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """``x [batch, heads, columns, dim]`` at columns ``src [batch, cols]``."""
+    b, cols = src.shape
+    return torch.gather(x, 2, src[:, None, :, None].expand(b, x.shape[1], cols, x.shape[3]))
+
+
 class TargetError(ValueError):
     """A target folder or request that cannot be used; the message names the file or field."""
 
@@ -200,7 +219,7 @@ class TargetRuntime:
         if last < state.valid.shape[1]:
             state.cache.crop(last - state.valid.shape[1])
             state.valid = state.valid[:, :last]
-        if state.valid.shape[1] > 64 and state.valid.shape[1] > 2 * int(state.lengths.max()):
+        if should_compact(state.valid, int(state.lengths.max())):
             self.compact(state)
 
     @torch.no_grad()
@@ -254,23 +273,16 @@ class TargetRuntime:
         if last < state.valid.shape[1]:
             state.cache.crop(last - state.valid.shape[1])  # negative: number of columns to drop
             state.valid = state.valid[:, :last]
-        if state.valid.shape[1] > 64 and state.valid.shape[1] > 2 * int(state.lengths.max()):
+        if should_compact(state.valid, int(state.lengths.max())):
             self.compact(state)
 
     def compact(self, state: CacheState) -> None:
         """Squeeze holes out: live tokens of each row packed to the right, in order."""
-        cols = int(state.lengths.max())
-        b, t = state.valid.shape
-        # Source column of each target column: rows are right-aligned; left padding stays a hole.
-        order = torch.sort(state.valid.long(), dim=1, stable=True).indices  # holes first, then live
-        src = order[:, t - cols :]  # [batch, cols]
-        new_valid = torch.gather(state.valid, 1, src)
+        src = compaction_index(state.valid, int(state.lengths.max()))  # [batch, cols]
         for layer in state.cache.layers:
             for name in ("keys", "values"):
-                x = getattr(layer, name)  # [batch, kv_heads, t, head_dim]
-                idx = src[:, None, :, None].expand(b, x.shape[1], cols, x.shape[3])
-                setattr(layer, name, torch.gather(x, 2, idx))
-        state.valid = new_valid
+                setattr(layer, name, gather_columns(getattr(layer, name), src))  # [batch, kv_heads, cols, d]
+        state.valid = torch.gather(state.valid, 1, src)
 
     def select_rows(self, state: CacheState, rows: torch.Tensor) -> None:
         """Keep only the given batch rows (a finished request leaves the batch)."""
