@@ -14,8 +14,8 @@ cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
 L=.venv/bin/lilicorr
 TARGET=models/smollm2-135m-instruct
-SEQS=${SEQS:-1600}
-STEPS=${STEPS:-2000}
+SEQS=${SEQS:-1792}
+STEPS=${STEPS:-1600}
 DATA=data/regen-smollm2/sharegpt-$SEQS.safetensors
 FEATS=data/cache/features-smollm2-$SEQS
 mkdir -p runs data/prompts
@@ -44,7 +44,7 @@ wait
 fi
 
 if [[ $STAGES == *heads* ]]; then
-HCOMMON=${COMMON/--steps $STEPS/--steps ${HEAD_STEPS:-600}}
+HCOMMON=${COMMON/--steps $STEPS/--steps ${HEAD_STEPS:-400}}
 HCOMMON="$HCOMMON --init models/smollm2-dflash"
 [ -f models/smollm2-dflash-head/config.json ] || $L train draft $HCOMMON $HEAD --mode head --w-distill 0.25 \
   --out models/smollm2-dflash-head --resume > runs/train-smollm2-dflash-head.log 2>&1 &
