@@ -19,12 +19,12 @@ for d in models/smollm2-dflash-head models/arms/smollm2-dflash2 models/arms/smol
   [ -f $d/config.json ] && DRAFTS+=($d)
 done
 D=smollm2-dflash; LL=smollm2-lilicorr; H=smollm2-dflash-head
-ARMS=(ar $D $D:ddtree $D:prob $LL $LL:top1 $LL:oracle $LL:prob $LL:tree $LL:ddtree $H $H:oracle $H:prob
+ARMS=(ar ngram $D $D:ddtree $D:prob $LL $LL:top1 $LL:oracle $LL:prob $LL:tree $LL:ddtree $H $H:oracle $H:prob
   smollm2-dflash2:dflash2 smollm2-dspark:dspark smollm2-domino:domino ${EXTRA_ARMS:-})
 ONLY=()
 for a in "${ARMS[@]}"; do
   base=${a%%:*}
-  case $base in ar) ONLY+=($a);; *) for d in "${DRAFTS[@]}"; do [ "$(basename $d)" = "$base" ] && ONLY+=($a); done;; esac
+  case $base in ar|ngram) ONLY+=($a);; *) for d in "${DRAFTS[@]}"; do [ "$(basename $d)" = "$base" ] && ONLY+=($a); done;; esac
 done
 $L bench --target models/smollm2-135m-instruct "${DRAFTS[@]/#/--draft=}" --only "${ONLY[@]}" \
   --prompts data/prompts/eval-mt-bench-humaneval.jsonl --num-prompts $((9 * PER_CAT)) --max-new-tokens $MAX_NEW \

@@ -46,7 +46,7 @@ def default_arms(drafts: list[str]) -> list[Arm]:
     per-slot argmax (``:top1``) and the oracle lattice (``:oracle``); for every drafter the
     probabilistic draft (``:prob``: sampled walk / sampled marginals with q handed to rejection
     sampling; T > 0 only, at T = 0 it is the greedy draft)."""
-    arms = [Arm("ar", "ar")]
+    arms = [Arm("ar", "ar"), Arm("ngram", "ngram", num_speculative_tokens=4)]  # vLLM's training-free baseline
     for d in drafts:
         cfg = json.loads((Path(d) / "config.json").read_text())
         label = Path(d).name
@@ -72,7 +72,7 @@ def with_draft_lengths(arms: list[Arm], lengths: list[int]) -> list[Arm]:
     """Each speculative arm once per draft length (``name@nN``); DDTree keeps its node budget instead."""
     out = []
     for a in arms:
-        if a.method in ("ar", "ddtree", "lilicorr-tree"):
+        if a.method in ("ar", "ngram", "ddtree", "lilicorr-tree"):
             out.append(a)
             continue
         for n in lengths:

@@ -40,13 +40,16 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", help="DFlashDraftModel / LiLiCorrDraftModel checkpoint folder")
     p.add_argument(
         "--method",
-        choices=["ar", "dflash", "lilicorr", "ddtree", "lilicorr-tree", "dflash2", "dspark", "domino"],
+        choices=["ar", "ngram", "dflash", "lilicorr", "ddtree", "lilicorr-tree", "dflash2", "dspark", "domino"],
         default=None,
-        help="proposal method (default: from the checkpoint's architecture; ar without --draft). ddtree: "
+        help="proposal method (default: from the checkpoint's architecture; ar without --draft). ngram: prompt "
+        "lookup, no drafter (--prompt-lookup-max/min); ddtree: "
         "training-free tree over the DFlash marginals; lilicorr-tree: tree over the LiLiCorr lattice with the "
         "head's conditional scores; dflash2/dspark/domino: the comparison arm saved beside "
         "the checkpoint (arm.json)",
     )
+    p.add_argument("--prompt-lookup-max", type=int, default=4, help="ngram: longest suffix to look up")
+    p.add_argument("--prompt-lookup-min", type=int, default=1, help="ngram: shortest suffix to look up")
     p.add_argument("--tree-budget", type=int, default=16, help="ddtree, lilicorr-tree: nodes per tree, root included")
     p.add_argument("--num-speculative-tokens", type=int, default=None, help="1..block_size-1 (default B-1)")
     p.add_argument("--draft-sample-method", choices=["greedy", "probabilistic"], default="greedy")
@@ -124,6 +127,8 @@ def run_generate(args: argparse.Namespace) -> int:
             num_speculative_tokens=args.num_speculative_tokens,
             draft_sample_method=args.draft_sample_method,
             rejection_sample_method=args.rejection_sample_method,
+            prompt_lookup_max=args.prompt_lookup_max,
+            prompt_lookup_min=args.prompt_lookup_min,
         )
         engine = _build_engine(args, target, draft, spec)
         ar_engine = SpecEngine(target) if args.compare_ar else None

@@ -44,6 +44,8 @@ class SpecConfig:
     num_speculative_tokens: int | None = None  # default: block_size − 1
     draft_sample_method: str = "greedy"
     rejection_sample_method: str = "standard"
+    prompt_lookup_max: int = 4  # ngram only (vLLM's names)
+    prompt_lookup_min: int = 1
 
 
 @dataclass
@@ -53,9 +55,14 @@ class SeqState:
     anchor: torch.Tensor | None = None  # [Hm]
 
 
-def build_proposer(method: str, draft: DraftModel | None, target: TargetRuntime, draft_sample_method: str) -> Proposer:
+def build_proposer(method: str, draft: DraftModel | None, target: TargetRuntime, config: SpecConfig) -> Proposer:
+    draft_sample_method = config.draft_sample_method
     if method == "ar":
         return AutoregressiveProposer(draft_sample_method)
+    if method == "ngram":
+        from lilicorr.decoding.ngram import NgramProposer
+
+        return NgramProposer(config.num_speculative_tokens or 4, config.prompt_lookup_max, config.prompt_lookup_min)
     if draft is None:
         raise ValueError(f"method {method!r} needs a draft checkpoint")
     if method == "dflash":
@@ -64,7 +71,7 @@ def build_proposer(method: str, draft: DraftModel | None, target: TargetRuntime,
         if draft.lilicorr is None:
             raise ValueError("method 'lilicorr' needs a LiLiCorrDraftModel checkpoint (this one is DFlashDraftModel)")
         return LiLiCorrProposer(draft.lilicorr, target.embed_tokens, draft_sample_method)
-    raise ValueError(f"unknown method {method!r}: expected ar, dflash or lilicorr")
+    raise ValueError(f"unknown method {method!r}: expected ar, ngram, dflash or lilicorr")
 
 
 class SpecEngine:
@@ -82,7 +89,7 @@ class SpecEngine:
             )
         method = config.method or ("ar" if draft is None else "lilicorr" if draft.is_lilicorr else "dflash")
         self.target, self.draft, self.config = target, draft, config
-        self.proposer = proposer or build_proposer(method, draft, target, config.draft_sample_method)
+        self.proposer = proposer or build_proposer(method, draft, target, config)
         self.method = self.proposer.name
         if self.proposer.needs_draft:
             assert draft is not None
@@ -90,8 +97,8 @@ class SpecEngine:
             n = config.num_speculative_tokens or draft.cfg.block_size - 1
             check_num_speculative_tokens(draft.cfg, n)
             self.n = n
-        else:
-            self.n = 0
+        else:  # a model-free proposer (ar: 0 tokens; ngram: its own count)
+            self.n = int(getattr(self.proposer, "n", 0))
         self.decode = target.tokenizer.decode
         self.timer = StageTimer()
         self.stats = SpecStats()
@@ -177,6 +184,7 @@ class SpecEngine:
             return []
         assert self.tstate is not None
         b, n = len(self.seqs), self.n
+        drafted = n > 0 and self.proposer.needs_draft  # a drafter model runs: it needs taps and its context
         start = self.tstate.lengths.clone()  # [batch]: position of each pending token
         pending = torch.tensor([s.pending for s in self.seqs])
         temps = torch.tensor([s.request.params.temperature for s in self.seqs])
@@ -185,12 +193,12 @@ class SpecEngine:
             proposal = self._propose(pending, start, temps)
         with self.timer.stage("target_verify"):
             verify_ids = pending[:, None] if proposal is None else torch.cat([pending[:, None], proposal.tokens], 1)
-            out = self.target.forward(self.tstate, verify_ids, want_taps=n > 0)
+            out = self.target.forward(self.tstate, verify_ids, want_taps=drafted)
         with self.timer.stage("other"):
             verdicts = [self._verify(i, out.logits[i], proposal) for i in range(b)]
             accepted = torch.tensor([v[0] for v in verdicts])
             self.target.truncate(self.tstate, start + 1 + accepted)
-        if n:
+        if drafted:
             with self.timer.stage("draft_backbone"):
                 new_valid = torch.arange(n + 1)[None] <= accepted[:, None]
                 chunk, ctx = self._draft_context(out.taps, start, new_valid)
@@ -202,6 +210,7 @@ class SpecEngine:
                 if n:
                     s.request.stats.record(n, a)
                     self.stats.record(n, a)
+                if drafted:
                     s.anchor = ctx[i, a]
                 before = len(s.request.output_ids)
                 s.request.commit(tokens, self.decode, out.logits[i, : len(tokens)])  # token j ← logits row j
@@ -211,7 +220,11 @@ class SpecEngine:
         return emitted
 
     def _propose(self, pending: torch.Tensor, start: torch.Tensor, temps: torch.Tensor):
-        d = self._draft(pending, start)
+        if self.proposer.needs_draft:
+            d = self._draft(pending, start)
+        else:  # history-based proposers read only the requests and their pending tokens
+            empty = torch.empty(0)
+            d = DraftOutput(empty, empty, empty, empty, requests=[s.request for s in self.seqs], anchor_tokens=pending)
         n = self.n
         with self.timer.stage("other"):
             if self.config.draft_sample_method == "probabilistic" and bool((temps > 0).any()):

@@ -1,0 +1,52 @@
+"""Prompt lookup (n-gram) drafting, vLLM's ``method: "ngram"``: the training-free baseline.
+
+The last ``k`` tokens of a request (``prompt_lookup_max`` ≥ k ≥ ``prompt_lookup_min``, longest
+first) are searched for earlier in its own prompt + output; the tokens that followed the most recent
+earlier occurrence are the draft. No match: the draft repeats the pending token (verification
+rejects it at no extra cost, since the target pass is paid anyway). The draft is deterministic, so q
+is one-hot and verification stays exact at any temperature.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lilicorr.decoding.proposers import DraftOutput, Proposal, Proposer
+from lilicorr.decoding.stats import StageTimer
+
+
+def lookup(history: list[int], n: int, k_max: int, k_min: int) -> list[int] | None:
+    """The ``n`` tokens after the latest earlier occurrence of the longest matching suffix, or None."""
+    t = len(history)
+    for k in range(min(k_max, t - 1), k_min - 1, -1):
+        suffix = history[t - k :]
+        for start in range(t - k - 1, -1, -1):  # latest earlier occurrence first
+            if history[start : start + k] == suffix:
+                follow = history[start + k : start + k + n]
+                if follow:
+                    return follow + [follow[-1]] * (n - len(follow))
+    return None
+
+
+class NgramProposer(Proposer):
+    name = "ngram"
+    needs_draft = False  # no drafter model: the engine skips the draft pass and the context cache
+
+    def __init__(self, num_speculative_tokens: int, prompt_lookup_max: int = 4, prompt_lookup_min: int = 1):
+        super().__init__("greedy")
+        if num_speculative_tokens < 1:
+            raise ValueError(f"ngram: num_speculative_tokens must be >= 1, got {num_speculative_tokens}")
+        if not 1 <= prompt_lookup_min <= prompt_lookup_max:
+            raise ValueError(
+                f"ngram: need 1 <= prompt_lookup_min <= prompt_lookup_max, got {prompt_lookup_min}, {prompt_lookup_max}"
+            )
+        self.n, self.k_max, self.k_min = num_speculative_tokens, prompt_lookup_max, prompt_lookup_min
+
+    def propose(self, d: DraftOutput, temperature: torch.Tensor, uniforms: torch.Tensor, timer: StageTimer) -> Proposal:
+        with timer.stage("walk"):
+            rows = []
+            for req, pending in zip(d.requests or [], d.anchor_tokens.tolist(), strict=True):
+                history = req.prompt_ids + req.output_ids  # ends with the pending token
+                rows.append(lookup(history, self.n, self.k_max, self.k_min) or [pending] * self.n)
+            tokens = torch.tensor(rows, dtype=torch.long)  # [batch, n]
+            return Proposal(tokens=tokens, q_ids=tokens[..., None], q_probs=torch.ones(*tokens.shape, 1))
