@@ -79,9 +79,16 @@ def _vllm_head(ckpt, dtype):
     shapes = {k: tuple(p.shape) for k, p in head.named_parameters()}  # before CPU weight packing
     head = head.to(dtype)
     head.materialize_inference_buffers(torch.device("cpu"), dtype)
+    # On AMX CPUs vLLM-CPU packs bf16 linears for its sgl kernel, whose output does not match the raw bf16
+    # weights the head's own F.linear uses next ("self and mat2 must have the same dtype"): a CPU-backend
+    # detail (vLLM runs this head only with the GPU model runner). There the head's GEMMs stay plain.
+    amx_bf16 = dtype == torch.bfloat16 and torch.cpu._is_amx_tile_supported()
     for mod in head.modules():
         if isinstance(mod, LinearBase):
-            mod.quant_method.process_weights_after_loading(mod)
+            if amx_bf16:
+                mod.cpu_linear = torch.nn.functional.linear
+            else:
+                mod.quant_method.process_weights_after_loading(mod)
     return head, loaded, shapes
 
 

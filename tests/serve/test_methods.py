@@ -80,9 +80,7 @@ def test_every_method_serves_ar_text_and_counts_drafts(tiny_target_dir, folders,
 
     if "model" in spec:
         spec = {**spec, "model": str(folders / spec["model"])}
-    app, loop = build(
-        str(tiny_target_dir), parse_speculative_config(__import__("json").dumps(spec)), "tiny", max_model_len=256
-    )
+    app, loop = build(str(tiny_target_dir), parse_speculative_config(json.dumps(spec)), "tiny", max_model_len=256)
     srv, th, url = _serve(app)
     try:
         client = OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
