@@ -8,7 +8,7 @@ export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
 L=.venv/bin/lilicorr
 OUT=${OUT:-runs/bench-smollm2}
 PER_CAT=${PER_CAT:-2}
-MAX_NEW=${MAX_NEW:-64}
+MAX_NEW=${MAX_NEW:-32}
 DTYPE=${DTYPE:-auto}
 mkdir -p data/prompts
 [ -f data/prompts/mt-bench.jsonl ] || $L data prompts mt-bench --out data/prompts/mt-bench.jsonl
