@@ -96,7 +96,8 @@ def _engine(target: TargetRuntime, arm: Arm, drafts: dict, references: dict | No
         k = draft.cfg.lilicorr.candidate_topk if draft.lilicorr is not None else 8
         proposer = OracleLatticeProposer(draft.lilicorr, k, target.embed_tokens, references or {})
     elif arm.method in ARM_KINDS:
-        proposer = ArmProposer(load_arm(Path(arm.draft)), target.embed_tokens, arm.draft_sample_method)
+        dtype = next(draft.parameters()).dtype  # the arm runs in its backbone's dtype
+        proposer = ArmProposer(load_arm(Path(arm.draft), dtype), target.embed_tokens, arm.draft_sample_method)
     elif arm.method in ("ddtree", "lilicorr-tree"):
         from lilicorr.decoding.tree import DDTreeEngine
 
