@@ -59,4 +59,8 @@ def test_shipped_smollm2_drafters_are_lossless_at_t0(smollm2):
             engine = SpecEngine(target, draft, SpecConfig(method=method))
             reqs = engine.generate(_reqs(target)[:2]) + engine.generate(_reqs(target)[2:])  # batch 2
             assert [r.output_ids for r in reqs] == [r.output_ids for r in ref], (name, method)
-            assert engine.stats.tau > 1.1, (name, method, engine.stats.tau)  # trained: drafts do get accepted (random: 1.0)
+            assert engine.stats.tau > 1.1, (
+                name,
+                method,
+                engine.stats.tau,
+            )  # trained: drafts do get accepted (random: 1.0)
