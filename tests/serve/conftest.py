@@ -21,7 +21,6 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def server(tiny_target_dir, tmp_path_factory):
-    import uvicorn
 
     from lilicorr.serve.server import build
 
@@ -34,6 +33,16 @@ def server(tiny_target_dir, tmp_path_factory):
         max_num_seqs=8,
         max_model_len=256,
     )
+    srv, th, url = serve_app(app)
+    yield url, loop
+    srv.should_exit = True
+    th.join(timeout=10)
+
+
+def serve_app(app):
+    """Run an app on a free loopback port in a thread: (server, thread, base URL) once it is up."""
+    import uvicorn
+
     port = _free_port()
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     th = threading.Thread(target=srv.run, daemon=True)
@@ -42,6 +51,4 @@ def server(tiny_target_dir, tmp_path_factory):
         if srv.started:
             break
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", loop
-    srv.should_exit = True
-    th.join(timeout=10)
+    return srv, th, f"http://127.0.0.1:{port}"

@@ -4,8 +4,6 @@ answer the openai client with AR's text at T=0 and count drafts in /metrics; bad
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 import httpx
 import pytest
@@ -13,23 +11,9 @@ import torch
 
 from lilicorr.serve.server import build, parse_speculative_config
 from tests.decoding.engine_helpers import save_random_draft
-from tests.serve.conftest import _free_port
+from tests.serve.conftest import serve_app
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return"
-
-
-def _serve(app):
-    import uvicorn
-
-    port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    th = threading.Thread(target=srv.run, daemon=True)
-    th.start()
-    for _ in range(200):
-        if srv.started:
-            break
-        time.sleep(0.05)
-    return srv, th, f"http://127.0.0.1:{port}"
 
 
 def _drafts(metrics: str) -> float:
@@ -55,7 +39,7 @@ def folders(tiny_target_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def ar_text(tiny_target_dir):
     app, _ = build(str(tiny_target_dir), None, "tiny", max_model_len=256)
-    srv, th, url = _serve(app)
+    srv, th, url = serve_app(app)
     try:
         r = httpx.post(url + "/v1/completions", json={"prompt": PROMPT, "max_tokens": 24, "temperature": 0}, timeout=60)
         return r.json()["choices"][0]["text"]
@@ -81,7 +65,7 @@ def test_every_method_serves_ar_text_and_counts_drafts(tiny_target_dir, folders,
     if "model" in spec:
         spec = {**spec, "model": str(folders / spec["model"])}
     app, loop = build(str(tiny_target_dir), parse_speculative_config(json.dumps(spec)), "tiny", max_model_len=256)
-    srv, th, url = _serve(app)
+    srv, th, url = serve_app(app)
     try:
         client = OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
         r = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=24, temperature=0)
