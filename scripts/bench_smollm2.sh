@@ -30,4 +30,4 @@ $L bench --target models/smollm2-135m-instruct "${DRAFTS[@]/#/--draft=}" --only 
   --prompts data/prompts/eval-mt-bench-humaneval.jsonl --num-prompts $((9 * PER_CAT)) --max-new-tokens $MAX_NEW \
   --temperatures 0 1 --dtype $DTYPE --threads 2 --no-sweep --out "$OUT"
 $L report "$OUT/results.json" --out docs/RESULTS.md --title "Results: SmolLM2-135M-Instruct drafters" \
-  --baseline smollm2-dflash --command "scripts/bench_smollm2.sh" ${NOTES:+--notes $NOTES}
+  --baseline smollm2-dflash --command "scripts/bench_smollm2.sh" --notes ${NOTES:-docs/results_notes.md}

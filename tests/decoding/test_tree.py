@@ -57,25 +57,6 @@ def test_ddtree_greedy_identity(tiny_target, batch, budget):
     assert engine.stats.num_draft_tokens == engine.stats.num_drafts * (budget - 1)
 
 
-def test_ddtree_sampling_matches_target(small_vocab_target):
-    draft = random_draft(small_vocab_target, lilicorr=False, block=4, k=4)
-    original = DDTreeEngine.__init__
-
-    def make(target, draft_model, cfg):
-        return DDTreeEngine(target, draft_model, cfg, budget=6, topk=3)
-
-    from tests.decoding import test_engine_sampling as ts
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ts, "SpecEngine", make)
-        counts, engine = sample_counts(
-            small_vocab_target, draft, SpecConfig(num_speculative_tokens=2), {"temperature": 1.0}
-        )
-    assert original is DDTreeEngine.__init__
-    assert p_value(counts, exact_distribution(small_vocab_target, SamplingParams(temperature=1.0))) > ALPHA
-    assert engine.stats.num_accepted_tokens > 0
-
-
 def test_lattice_tree_follows_the_heads_conditionals():
     from lilicorr.decoding.tree import build_lattice_tree
     from lilicorr.models.head import HeadScores
@@ -112,11 +93,13 @@ def test_lattice_tree_needs_a_lilicorr_checkpoint(tiny_target):
         DDTreeEngine(tiny_target, random_draft(tiny_target, lilicorr=False), lattice=True)
 
 
-def test_lattice_tree_sampling_matches_target(small_vocab_target):
-    draft = random_draft(small_vocab_target, lilicorr=True, block=4, k=4)
+@pytest.mark.parametrize("lattice", [False, True], ids=["ddtree", "lilicorr-tree"])
+def test_tree_sampling_matches_target(small_vocab_target, lattice):
+    draft = random_draft(small_vocab_target, lilicorr=lattice, block=4, k=4)
+    original = DDTreeEngine.__init__
 
     def make(target, draft_model, cfg):
-        return DDTreeEngine(target, draft_model, cfg, budget=6, lattice=True)
+        return DDTreeEngine(target, draft_model, cfg, budget=6, topk=3, lattice=lattice)
 
     from tests.decoding import test_engine_sampling as ts
 
@@ -125,5 +108,6 @@ def test_lattice_tree_sampling_matches_target(small_vocab_target):
         counts, engine = sample_counts(
             small_vocab_target, draft, SpecConfig(num_speculative_tokens=2), {"temperature": 1.0}
         )
+    assert original is DDTreeEngine.__init__
     assert p_value(counts, exact_distribution(small_vocab_target, SamplingParams(temperature=1.0))) > ALPHA
     assert engine.stats.num_accepted_tokens > 0
