@@ -220,3 +220,45 @@ def test_generate_ddtree_method(tiny_target_dir, tmp_path, capsys):
         == 2
     )
     assert "has no dspark arm" in capsys.readouterr().err
+
+
+def test_method_options_are_named_and_checked(tiny_target_dir, tmp_path, capsys):
+    """generate's method flags come from the registry; a flag of another method is refused by name."""
+    from tests.decoding.engine_helpers import save_random_draft
+
+    save_random_draft(tiny_target_dir, tmp_path / "d", lilicorr=False)
+    args = ["generate", "--target", str(tiny_target_dir), "--draft", str(tmp_path / "d"), "--prompt", "x"]
+    assert main([*args, "--method", "dflash", "--prompt-lookup-max", "3"]) == 2
+    assert "method 'dflash' has no option 'prompt_lookup_max'" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the error without CUDA")
+def test_device_cuda_without_cuda_is_a_clear_error(tiny_target_dir, capsys):
+    rc = main(["generate", "--target", str(tiny_target_dir), "--prompt", "x", "--device", "cuda"])
+    assert rc == 2
+    assert "device 'cuda': no CUDA device" in capsys.readouterr().err
+
+
+def test_device_cpu_runs_the_same_engine(tiny_target_dir, capsys):
+    """Without CUDA, ``auto`` is the CPU: the same tokens as ``--device cpu`` (the default path)."""
+    if __import__("torch").cuda.is_available():
+        pytest.skip("auto is CUDA here")
+    outs = []
+    for device in ("cpu", "auto"):
+        rc = main(
+            [
+                "generate",
+                "--target",
+                str(tiny_target_dir),
+                "--prompt",
+                "def f",
+                "--max-new-tokens",
+                "8",
+                "--json",
+                "--device",
+                device,
+            ]
+        )
+        assert rc == 0
+        outs.append(json.loads(capsys.readouterr().out.strip().splitlines()[0])["token_ids"])
+    assert outs[0] == outs[1]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from lilicorr.decoding.proposers import DFlashProposer, Proposal
+from lilicorr.decoding.methods.dflash import DFlashProposer
+from lilicorr.decoding.proposal import Proposal
 from lilicorr.models.config import DraftConfig, LiLiCorrGeometry
 from lilicorr.models.draft import DraftModel
 

@@ -13,11 +13,11 @@ import pytest
 import torch
 from scipy.stats import chi2
 
-from lilicorr.decoding import engine as engine_mod
-from lilicorr.decoding.engine import SpecConfig, SpecEngine
+from lilicorr.decoding.engine import SpecConfig
+from lilicorr.decoding.methods import build_engine
 from lilicorr.decoding.request import Request
-from lilicorr.decoding.sampling import SamplingParams, target_probs
-from lilicorr.decoding.verify import Verdict
+from lilicorr.decoding.sampling import SamplingParams, sample_from, target_probs
+from lilicorr.decoding.verify import Verdict, Verifier
 from tests.decoding.engine_helpers import random_draft
 
 V = 6
@@ -39,8 +39,9 @@ def exact_distribution(target, params):
     return p.flatten()
 
 
-def sample_counts(target, draft, cfg, params):
-    engine = SpecEngine(target, draft, cfg)
+def sample_counts(target, draft, cfg, params, draft_dir=None, verifier=None):
+    """4000 samples of three tokens from the engine the registry builds for ``cfg``."""
+    engine = build_engine(target, cfg, draft, draft_dir, verifier=verifier)
     counts = torch.zeros(V**3)
     for chunk in range(0, SAMPLES, 1000):
         reqs = [
@@ -102,16 +103,17 @@ def test_processed_distribution_is_respected(small_vocab_target, params):
     assert p_value(counts, exact_distribution(small_vocab_target, SamplingParams(**params))) > ALPHA
 
 
-def test_broken_verifier_is_caught(small_vocab_target, monkeypatch):
+class AcceptAll(Verifier):
+    """A lossy chain rule: every draft accepted without the ratio test."""
+
+    def accept(self, drafts, p, q, gen):
+        n = len(drafts)
+        return Verdict(list(range(n + 1)), drafts.tolist() + [sample_from(p[n], gen)])
+
+
+def test_broken_verifier_is_caught(small_vocab_target):
     """Accepting every draft without the ratio test must fail the same statistical test."""
-
-    def accept_all(drafts, p, q, gen):
-        from lilicorr.decoding.sampling import sample_from
-
-        return Verdict(accepted=len(drafts), tokens=drafts + [sample_from(p[len(drafts)], gen)])
-
-    monkeypatch.setattr(engine_mod, "verify_standard", accept_all)
     draft = random_draft(small_vocab_target, lilicorr=True, block=4, k=4)
     cfg = SpecConfig(num_speculative_tokens=2, draft_sample_method="probabilistic")
-    counts, _ = sample_counts(small_vocab_target, draft, cfg, {"temperature": 1.0})
+    counts, _ = sample_counts(small_vocab_target, draft, cfg, {"temperature": 1.0}, verifier=AcceptAll())
     assert p_value(counts, exact_distribution(small_vocab_target, SamplingParams(temperature=1.0))) < ALPHA

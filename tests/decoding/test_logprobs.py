@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from lilicorr.decoding.engine import SpecConfig, SpecEngine
+from lilicorr.decoding.methods import build_engine
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
-from lilicorr.decoding.tree import DDTreeEngine
 from tests.decoding.engine_helpers import ReferenceProposer, random_draft
 
 PROMPTS = [[17, 400, 23, 99], [5, 6, 7], list(range(100, 130))]
@@ -38,7 +38,7 @@ def engines(tiny_target):
         "ar": lambda: SpecEngine(tiny_target),
         "dflash": lambda: SpecEngine(tiny_target, dflash, SpecConfig(num_speculative_tokens=3)),
         "lilicorr": lambda: SpecEngine(tiny_target, lilicorr),
-        "ddtree": lambda: DDTreeEngine(tiny_target, dflash, budget=8),
+        "ddtree": lambda: build_engine(tiny_target, SpecConfig(method="ddtree", options={"tree_budget": 8}), dflash),
         "high-acceptance": lambda: _double(tiny_target, dflash, refs),
     }
 

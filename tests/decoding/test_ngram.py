@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from lilicorr.decoding.engine import SpecConfig, SpecEngine
-from lilicorr.decoding.ngram import NgramProposer, lookup
+from lilicorr.decoding.methods.ngram import NgramProposer, lookup
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from tests.decoding.test_engine_greedy import _greedy_no_cache
@@ -27,7 +27,9 @@ def test_ngram_greedy_identity_and_acceptance(tiny_target, batch):
     base = [torch.randint(4, 300, (6,), generator=g).tolist() for _ in range(12)]
     prompts = [b * 3 for b in base]  # repetitive prompts: lookups do match
     ref = [_greedy_no_cache(tiny_target.model, p, 24) for p in prompts]
-    engine = SpecEngine(tiny_target, None, SpecConfig(method="ngram", num_speculative_tokens=3, prompt_lookup_max=3))
+    engine = SpecEngine(
+        tiny_target, None, SpecConfig(method="ngram", num_speculative_tokens=3, options={"prompt_lookup_max": 3})
+    )
     assert engine.method == "ngram"
     reqs = [Request(p, SamplingParams(max_tokens=24), id=str(i), eos_ids=frozenset({0})) for i, p in enumerate(prompts)]
     for i in range(0, len(reqs), batch):
@@ -37,7 +39,7 @@ def test_ngram_greedy_identity_and_acceptance(tiny_target, batch):
 
 
 def test_ngram_sampling_matches_target(small_vocab_target):
-    cfg = SpecConfig(method="ngram", num_speculative_tokens=2, prompt_lookup_max=2)
+    cfg = SpecConfig(method="ngram", num_speculative_tokens=2, options={"prompt_lookup_max": 2})
     counts, engine = sample_counts(small_vocab_target, None, cfg, {"temperature": 1.0})
     assert p_value(counts, exact_distribution(small_vocab_target, SamplingParams(temperature=1.0))) > ALPHA
     assert engine.stats.num_accepted_tokens > 0  # V = 6: lookups match and get accepted

@@ -4,8 +4,10 @@ import pytest
 import torch
 
 from lilicorr.decoding.engine import SpecConfig
+from lilicorr.decoding.methods import build_engine
+from lilicorr.decoding.methods.ddtree import tree_proposal
 from lilicorr.decoding.sampling import SamplingParams
-from lilicorr.decoding.tree import DDTreeEngine, build_tree
+from lilicorr.decoding.tree import build_tree
 from tests.decoding.engine_helpers import random_draft
 from tests.decoding.test_engine_greedy import _greedy_no_cache, _prompts, _requests
 from tests.decoding.test_engine_sampling import ALPHA, exact_distribution, p_value, sample_counts
@@ -18,7 +20,7 @@ def test_build_tree_is_best_first_and_prefix_closed():
     assert tree.tokens[0].tolist() == [7, 0, 0, 1]
     assert tree.parents[0].tolist() == [-1, 0, 1, 0]
     assert tree.depth[0].tolist() == [0, 1, 2, 1]
-    anc = tree.ancestors()[0]
+    anc = tree_proposal(tree).ancestors()[0]
     assert anc[2].tolist() == [True, True, True, False] and anc[3].tolist() == [True, False, False, True]
 
 
@@ -28,7 +30,9 @@ def test_tree_forward_scores_each_node_on_its_own_path(tiny_target):
     tree = build_tree(logits, torch.tensor([11]), budget=6, topk=2)
     state = tiny_target.new_state(1)
     tiny_target.forward(state, torch.tensor([prompt]))
-    out = tiny_target.forward_tree(state, tree.tokens, tree.depth, tree.ancestors())
+    prop = tree_proposal(tree)
+    assert torch.equal(prop.depth(), tree.depth)
+    out = tiny_target.forward_tree(state, tree.tokens, tree.depth, prop.ancestors())
     for i in range(6):
         path, j = [], i
         while j >= 0:
@@ -43,13 +47,8 @@ def test_tree_forward_scores_each_node_on_its_own_path(tiny_target):
 def test_ddtree_greedy_identity(tiny_target, batch, budget):
     prompts = _prompts(16)
     ref = [_greedy_no_cache(tiny_target.model, p, 20) for p in prompts]
-    engine = DDTreeEngine(
-        tiny_target,
-        random_draft(tiny_target, lilicorr=False),
-        SpecConfig(num_speculative_tokens=3),
-        budget=budget,
-        topk=3,
-    )
+    cfg = SpecConfig(method="ddtree", num_speculative_tokens=3, options={"tree_budget": budget, "tree_topk": 3})
+    engine = build_engine(tiny_target, cfg, random_draft(tiny_target, lilicorr=False))
     reqs = _requests(prompts)
     for i in range(0, len(reqs), batch):
         engine.generate(reqs[i : i + batch])
@@ -79,7 +78,8 @@ def test_lattice_tree_follows_the_heads_conditionals():
 def test_lattice_tree_greedy_identity(tiny_target, batch, budget):
     prompts = _prompts(16)
     ref = [_greedy_no_cache(tiny_target.model, p, 20) for p in prompts]
-    engine = DDTreeEngine(tiny_target, random_draft(tiny_target, lilicorr=True), budget=budget, lattice=True)
+    cfg = SpecConfig(method="lilicorr-tree", options={"tree_budget": budget})
+    engine = build_engine(tiny_target, cfg, random_draft(tiny_target, lilicorr=True))
     assert engine.method == "lilicorr-tree"
     reqs = _requests(prompts)
     for i in range(0, len(reqs), batch):
@@ -90,24 +90,14 @@ def test_lattice_tree_greedy_identity(tiny_target, batch, budget):
 
 def test_lattice_tree_needs_a_lilicorr_checkpoint(tiny_target):
     with pytest.raises(ValueError, match="LiLiCorrDraftModel"):
-        DDTreeEngine(tiny_target, random_draft(tiny_target, lilicorr=False), lattice=True)
+        build_engine(tiny_target, SpecConfig(method="lilicorr-tree"), random_draft(tiny_target, lilicorr=False))
 
 
-@pytest.mark.parametrize("lattice", [False, True], ids=["ddtree", "lilicorr-tree"])
-def test_tree_sampling_matches_target(small_vocab_target, lattice):
-    draft = random_draft(small_vocab_target, lilicorr=lattice, block=4, k=4)
-    original = DDTreeEngine.__init__
-
-    def make(target, draft_model, cfg):
-        return DDTreeEngine(target, draft_model, cfg, budget=6, topk=3, lattice=lattice)
-
-    from tests.decoding import test_engine_sampling as ts
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ts, "SpecEngine", make)
-        counts, engine = sample_counts(
-            small_vocab_target, draft, SpecConfig(num_speculative_tokens=2), {"temperature": 1.0}
-        )
-    assert original is DDTreeEngine.__init__
+@pytest.mark.parametrize("method", ["ddtree", "lilicorr-tree"])
+def test_tree_sampling_matches_target(small_vocab_target, method):
+    draft = random_draft(small_vocab_target, lilicorr=method == "lilicorr-tree", block=4, k=4)
+    options = {"tree_budget": 6, **({"tree_topk": 3} if method == "ddtree" else {})}
+    cfg = SpecConfig(method=method, num_speculative_tokens=2, options=options)
+    counts, engine = sample_counts(small_vocab_target, draft, cfg, {"temperature": 1.0})
     assert p_value(counts, exact_distribution(small_vocab_target, SamplingParams(temperature=1.0))) > ALPHA
     assert engine.stats.num_accepted_tokens > 0

@@ -83,7 +83,7 @@ def test_every_method_serves_ar_text_and_counts_drafts(tiny_target_dir, folders,
     [
         ('{"method": "eagle", "model": "x"}', "method 'eagle'"),
         ('{"method": "ddtree"}', "needs 'model'"),
-        ('{"method": "ngram", "tree_budget": 4}', "'tree_budget' does not apply"),
+        ('{"method": "ngram", "tree_budget": 4}', "method 'ngram' has no option 'tree_budget'"),
         ('{"method": "ngram", "prompt_lookup_max": 0}', "positive integer"),
         ('{"method": "dflash", "model": "m", "frob": 1}', "unknown keys"),
     ],

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from lilicorr.bench.runner import markdown_table
 from lilicorr.data.atomic import atomic_write_text
+from lilicorr.decoding.methods import get_method
 from lilicorr.decoding.stats import STAGES
 
 
@@ -17,7 +18,7 @@ def _plots(results: dict, out_dir: Path, prefix: str) -> list[str]:
     import matplotlib.pyplot as plt
 
     files = []
-    runs = [r for r in results["runs"] if r["arm"]["method"] != "ar"]
+    runs = [r for r in results["runs"] if not get_method(r["arm"]["method"]).baseline]
     temps = sorted({r["temperature"] for r in runs})
     # τ by arm and category
     fig, axes = plt.subplots(1, len(temps), figsize=(max(5, 0.5 * len(runs)) * len(temps) / 2 + 2, 4.2), squeeze=False)
@@ -115,7 +116,7 @@ def sweep_table(results: dict) -> str:
 
 def tier_table(results: dict) -> str:
     """τ per entropy tier (pooled within the tier) for every arm × temperature."""
-    runs = [r for r in results["runs"] if r["arm"]["method"] != "ar" and r.get("tau_by_tier")]
+    runs = [r for r in results["runs"] if not get_method(r["arm"]["method"]).baseline and r.get("tau_by_tier")]
     tiers = [t for t in ("low", "mixed", "high") if any(t in r["tau_by_tier"] for r in runs)]
     if not runs or not tiers:
         return ""
@@ -138,7 +139,8 @@ def derived_table(results: dict, baselines: list[str] | None) -> str:
     ]
     for r in results["runs"]:
         name, t = r["arm"]["name"], r["temperature"]
-        if r["arm"]["method"] in ("ar", "oracle"):
+        method = get_method(r["arm"]["method"])
+        if method.baseline or method.needs_reference:
             continue
         ratios = "".join(f"{by[(name, t)] / by[(b, t)]:.3f} | " if (b, t) in by else "— | " for b in baselines)
         base, at, n = name.partition("@")  # draft-length variants are named ARM@nN, ARM:top1@nN, …

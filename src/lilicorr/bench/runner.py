@@ -11,105 +11,21 @@ from __future__ import annotations
 import json
 import platform
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
+from lilicorr.bench.arms import Arm, arm_engine, default_arms, with_draft_lengths  # noqa: F401 (re-exported)
 from lilicorr.checkpoint import load_draft
 from lilicorr.data.atomic import atomic_write_text
 from lilicorr.data.chat import row_ids
-from lilicorr.decoding.engine import SpecConfig, SpecEngine
-from lilicorr.decoding.proposers import ArmProposer, OracleLatticeProposer
+from lilicorr.decoding.methods import get_method
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.decoding.stats import SpecStats
 from lilicorr.target.runtime import TargetRuntime, cpu_has_fast_bf16, resolve_dtype
-
-
-@dataclass
-class Arm:
-    name: str
-    method: str  # ar | dflash | lilicorr | oracle | ddtree | lilicorr-tree | a comparison arm kind
-    draft: str | None = None
-    num_speculative_tokens: int | None = None
-    draft_sample_method: str = "greedy"
-    rejection_sample_method: str = "standard"
-
-
-TREE_BUDGET = 16  # nodes per tree (root included) for both tree arms
-
-
-def default_arms(drafts: list[str]) -> list[Arm]:
-    """AR, each draft with its native method; for LiLiCorr checkpoints also their own backbone's
-    per-slot argmax (``:top1``) and the oracle lattice (``:oracle``); for every drafter the
-    probabilistic draft (``:prob``: sampled walk / sampled marginals with q handed to rejection
-    sampling; T > 0 only, at T = 0 it is the greedy draft)."""
-    arms = [Arm("ar", "ar"), Arm("ngram", "ngram", num_speculative_tokens=4)]  # vLLM's training-free baseline
-    for d in drafts:
-        cfg = json.loads((Path(d) / "config.json").read_text())
-        label = Path(d).name
-        if cfg["architectures"][0] == "LiLiCorrDraftModel":
-            arms.append(Arm(f"{label}", "lilicorr", d))
-            arms.append(Arm(f"{label}:top1", "dflash", d))  # same backbone, per-slot argmax: isolates the walk
-            arms.append(Arm(f"{label}:oracle", "oracle", d))
-            arms.append(Arm(f"{label}:prob", "lilicorr", d, draft_sample_method="probabilistic"))
-            # trees at equal node budget on this one backbone: the head's conditionals vs the marginals
-            arms.append(Arm(f"{label}:tree", "lilicorr-tree", d))
-            arms.append(Arm(f"{label}:ddtree", "ddtree", d))
-        else:
-            arms.append(Arm(f"{label}", "dflash", d))
-            arms.append(Arm(f"{label}:ddtree", "ddtree", d))  # training-free tree over the same marginals
-            arms.append(Arm(f"{label}:prob", "dflash", d, draft_sample_method="probabilistic"))
-        if (Path(d) / "arm.json").exists():  # a comparison arm trained on this backbone
-            kind = json.loads((Path(d) / "arm.json").read_text())["kind"]
-            arms.append(Arm(f"{label}:{kind}", kind, d))
-    return arms
-
-
-def with_draft_lengths(arms: list[Arm], lengths: list[int]) -> list[Arm]:
-    """Each speculative arm once per draft length (``name@nN``); DDTree keeps its node budget instead."""
-    out = []
-    for a in arms:
-        if a.method in ("ar", "ngram", "ddtree", "lilicorr-tree"):
-            out.append(a)
-            continue
-        for n in lengths:
-            out.append(replace(a, name=f"{a.name}@n{n}", num_speculative_tokens=n))
-    return out
-
-
-def _engine(target: TargetRuntime, arm: Arm, drafts: dict, references: dict | None) -> SpecEngine:
-    from lilicorr.models.arms import ARM_KINDS, load_arm
-
-    draft = drafts.get(arm.draft)
-    own_proposer = arm.method == "oracle" or arm.method in ARM_KINDS
-    cfg = SpecConfig(
-        method=None if own_proposer else arm.method,
-        num_speculative_tokens=arm.num_speculative_tokens,
-        draft_sample_method=arm.draft_sample_method,
-        rejection_sample_method=arm.rejection_sample_method,
-    )
-    proposer = None
-    if arm.method == "oracle":
-        k = draft.cfg.lilicorr.candidate_topk if draft.lilicorr is not None else 8
-        proposer = OracleLatticeProposer(draft.lilicorr, k, target.embed_tokens, references or {})
-    elif arm.method in ARM_KINDS:
-        dtype = next(draft.parameters()).dtype  # the arm runs in its backbone's dtype
-        proposer = ArmProposer(load_arm(Path(arm.draft), dtype), target.embed_tokens, arm.draft_sample_method)
-    elif arm.method in ("ddtree", "lilicorr-tree"):
-        from lilicorr.decoding.tree import DDTreeEngine
-
-        return DDTreeEngine(
-            target,
-            draft,
-            SpecConfig(method="dflash"),
-            budget=TREE_BUDGET,
-            topk=4,
-            lattice=arm.method == "lilicorr-tree",
-        )
-    return SpecEngine(target, draft, cfg, proposer=proposer)
 
 
 def run_arm(
@@ -134,7 +50,7 @@ def run_arm(
         for i, p in enumerate(prompts)
     ]
     refs = {id(r): references[r.id] for r in reqs} if references else None
-    engine = _engine(target, arm, drafts, refs)
+    engine = arm_engine(target, arm, drafts, refs)
     per_request, total_tokens, total_s = [], 0, 0.0
     for p, r in zip(prompts, reqs, strict=True):
         t0 = time.perf_counter()
@@ -213,6 +129,7 @@ def run_bench(
     seed: int = 0,
     sweep: dict | None = None,
     dtype: str = "float32",
+    device: str = "cpu",
 ) -> dict:
     """Every arm × temperature on the prompts (batch 1); optionally the throughput sweep
     (``sweep = {"concurrencies": [...], "input_lens": [...], "max_tokens": n, "arms": [names] | None}``).
@@ -226,7 +143,7 @@ def run_bench(
 
     torch_dtype = resolve_dtype(dtype)  # target and drafters alike; AR runs in the same dtype
     dtype = str(torch_dtype).removeprefix("torch.")
-    target = TargetRuntime.load(target_dir, dtype=torch_dtype)
+    target = TargetRuntime.load(target_dir, dtype=torch_dtype, device=device)
     arms = arms or default_arms(draft_dirs)
     drafts = {d: load_draft(d, target.model.config, dtype=torch_dtype) for d in {a.draft for a in arms if a.draft}}
     cache = PartCache(out, fingerprint(target_dir, prompts, max_tokens, seed, dtype))
@@ -257,8 +174,8 @@ def run_bench(
                 "engine_ar_vs_hf": round(ar["tokens_per_s"] / hf["tokens_per_s"], 4),
                 "identical_to_engine_ar": hf["outputs"] == ar["outputs"],
             }
-        for arm in tqdm([a for a in arms if a.method != "ar"], desc=f"arms T={temp}", mininterval=5):
-            if arm.method == "oracle" and temp != 0:
+        for arm in tqdm([a for a in arms if not get_method(a.method).baseline], desc=f"arms T={temp}", mininterval=5):
+            if get_method(arm.method).needs_reference and temp != 0:
                 continue  # the oracle needs the deterministic greedy reference
             if arm.draft_sample_method == "probabilistic" and temp == 0:
                 continue  # identical to the greedy draft at T = 0

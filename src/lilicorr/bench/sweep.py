@@ -14,9 +14,10 @@ from dataclasses import asdict
 import torch
 from tqdm import tqdm
 
+from lilicorr.bench.arms import Arm, arm_engine
 from lilicorr.bench.cache import weights_id
-from lilicorr.bench.runner import Arm, _engine
 from lilicorr.data.chat import row_ids
+from lilicorr.decoding.methods import get_method
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.decoding.stats import SpecStats
@@ -62,7 +63,7 @@ def throughput_sweep(
     tok = target.tokenizer
     rows = []
     # greedy (T = 0) decoding: the oracle needs references and the probabilistic draft equals the greedy one
-    arms = [a for a in arms if a.method != "oracle" and a.draft_sample_method != "probabilistic"]
+    arms = [a for a in arms if not get_method(a.method).needs_reference and a.draft_sample_method != "probabilistic"]
     bar = tqdm(total=len(TIERS) * len(input_lens) * len(arms), desc="sweep", mininterval=5)
     for tier in TIERS:
         pool = [p for p in prompts if tiers.get(p["id"]) == tier]
@@ -79,7 +80,7 @@ def throughput_sweep(
                     rows.extend(done)
                     continue
                 cell = []
-                engine = _engine(target, arm, drafts, None)
+                engine = arm_engine(target, arm, drafts, None)
                 for c in concurrencies:
                     engine.stats = SpecStats()  # τ of this concurrency alone
                     reqs = [

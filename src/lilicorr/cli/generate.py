@@ -22,6 +22,44 @@ def add_dtype_arg(p: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+def add_device_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--device",
+        default="auto",
+        choices=["auto", "cpu", "cuda"],
+        help="where the target runs (auto: CUDA when available); the drafter and the engine stay on the CPU",
+    )
+
+
+def add_method_args(p: argparse.ArgumentParser) -> None:
+    """``--method`` and every method's own options, generated from the methods registry."""
+    from lilicorr.decoding.methods import METHODS, method_names
+
+    lines = "; ".join(f"{m}: {METHODS[m].help}" for m in method_names())
+    p.add_argument(
+        "--method",
+        choices=method_names(),
+        default=None,
+        help=f"proposal method (default: what the --draft folder is — DFlash, LiLiCorr or its comparison arm; ar "
+        f"without --draft). {lines}",
+    )
+    seen = set()
+    for m in method_names():
+        for o in METHODS[m].options:
+            if o.key not in seen:
+                seen.add(o.key)
+                users = ", ".join(x for x in method_names() if o in METHODS[x].options)
+                flag = "--" + o.key.replace("_", "-")
+                p.add_argument(flag, type=int, default=None, help=f"{users}: {o.help} (default {o.default})")
+
+
+def method_options(args: argparse.Namespace) -> dict[str, int]:
+    """The method options given on the command line (the method checks that they are its own)."""
+    from lilicorr.decoding.methods import option_keys
+
+    return {k: getattr(args, k) for k in option_keys() if getattr(args, k, None) is not None}
+
+
 def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", required=True, help="local Hugging Face causal-LM folder")
     src = p.add_mutually_exclusive_group(required=True)
@@ -38,19 +76,7 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
         "'messages' always get the template)",
     )
     p.add_argument("--draft", help="DFlashDraftModel / LiLiCorrDraftModel checkpoint folder")
-    p.add_argument(
-        "--method",
-        choices=["ar", "ngram", "dflash", "lilicorr", "ddtree", "lilicorr-tree", "dflash2", "dspark", "domino"],
-        default=None,
-        help="proposal method (default: from the checkpoint's architecture; ar without --draft). ngram: prompt "
-        "lookup, no drafter (--prompt-lookup-max/min); ddtree: "
-        "training-free tree over the DFlash marginals; lilicorr-tree: tree over the LiLiCorr lattice with the "
-        "head's conditional scores; dflash2/dspark/domino: the comparison arm saved beside "
-        "the checkpoint (arm.json)",
-    )
-    p.add_argument("--prompt-lookup-max", type=int, default=4, help="ngram: longest suffix to look up")
-    p.add_argument("--prompt-lookup-min", type=int, default=1, help="ngram: shortest suffix to look up")
-    p.add_argument("--tree-budget", type=int, default=16, help="ddtree, lilicorr-tree: nodes per tree, root included")
+    add_method_args(p)
     p.add_argument("--num-speculative-tokens", type=int, default=None, help="1..block_size-1 (default B-1)")
     p.add_argument("--draft-sample-method", choices=["greedy", "probabilistic"], default="greedy")
     p.add_argument("--rejection-sample-method", choices=["standard", "block"], default="standard")
@@ -64,6 +90,7 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", action="store_true", help="one JSON object per prompt")
     add_dtype_arg(p, "auto")
+    add_device_arg(p)
 
 
 def read_prompts(path: Path) -> list[dict]:
@@ -81,37 +108,13 @@ def read_prompts(path: Path) -> list[dict]:
     return records
 
 
-def _build_engine(args: argparse.Namespace, target, draft, spec):
-    """The engine for ``--method``: tree engine for ddtree, a comparison-arm proposer, or the default."""
-    from lilicorr.decoding.engine import SpecConfig, SpecEngine
-    from lilicorr.decoding.proposers import ArmProposer
-    from lilicorr.models.arms import ARM_KINDS, load_arm
-
-    if args.method in ("ddtree", "lilicorr-tree"):
-        from lilicorr.decoding.tree import DDTreeEngine
-
-        return DDTreeEngine(
-            target,
-            draft,
-            SpecConfig(method="dflash", num_speculative_tokens=spec.num_speculative_tokens),
-            budget=args.tree_budget,
-            lattice=args.method == "lilicorr-tree",
-        )
-    if args.method in ARM_KINDS:
-        arm = load_arm(Path(args.draft))
-        if arm is None or arm.kind != args.method:
-            raise ValueError(f"--method {args.method}: {args.draft} has no {args.method} arm (arm.json)")
-        spec.method = None
-        return SpecEngine(target, draft, spec, proposer=ArmProposer(arm, target.embed_tokens, spec.draft_sample_method))
-    return SpecEngine(target, draft, spec)
-
-
 def run_generate(args: argparse.Namespace) -> int:
     import torch
 
     from lilicorr.checkpoint import CheckpointError, load_draft
     from lilicorr.data.chat import row_ids
     from lilicorr.decoding.engine import SpecConfig, SpecEngine
+    from lilicorr.decoding.methods import build_engine
     from lilicorr.decoding.request import Request
     from lilicorr.decoding.sampling import SamplingParams
     from lilicorr.target.runtime import TargetError, TargetRuntime, resolve_dtype
@@ -120,17 +123,16 @@ def run_generate(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     try:
         dtype = resolve_dtype(args.dtype)
-        target = TargetRuntime.load(args.target, dtype=dtype)
+        target = TargetRuntime.load(args.target, dtype=dtype, device=args.device)
         draft = load_draft(args.draft, target.model.config, dtype=dtype) if args.draft else None
         spec = SpecConfig(
             method=args.method,
             num_speculative_tokens=args.num_speculative_tokens,
             draft_sample_method=args.draft_sample_method,
             rejection_sample_method=args.rejection_sample_method,
-            prompt_lookup_max=args.prompt_lookup_max,
-            prompt_lookup_min=args.prompt_lookup_min,
+            options=method_options(args),
         )
-        engine = _build_engine(args, target, draft, spec)
+        engine = build_engine(target, spec, draft, args.draft)
         ar_engine = SpecEngine(target) if args.compare_ar else None
     except (TargetError, CheckpointError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -189,7 +191,7 @@ def run_generate(args: argparse.Namespace) -> int:
             "tokens_per_s": round(n / dt, 2),
             "method": engine.method,
         }
-        if engine.method != "ar":
+        if engine.speculative:
             st = req.stats
             out.update(
                 {
@@ -225,7 +227,7 @@ def run_generate(args: argparse.Namespace) -> int:
                 f"\n[{n} tokens in {dt:.2f}s: {n / dt:.1f} tokens/s{extra}, finish={req.finish_reason}]",
                 file=sys.stderr,
             )
-    if engine.method != "ar" or ar_engine is not None:
+    if engine.speculative or ar_engine is not None:
         summary = {
             "summary": True,
             "method": engine.method,

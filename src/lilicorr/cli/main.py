@@ -67,6 +67,7 @@ def _cmd_data_regenerate(args: argparse.Namespace) -> int:
             prompts=args.prompts,
             max_prompt_tokens=args.max_prompt_tokens,
             dtype=args.dtype,
+            device=args.device,
             shards=args.shards,
         )
     )
@@ -78,7 +79,7 @@ def _cmd_data_features(args: argparse.Namespace) -> int:
     import torch
 
     from lilicorr.models.draft import default_layer_ids_for
-    from lilicorr.training.draft import resolve_device
+    from lilicorr.target.runtime import resolve_device
     from lilicorr.training.features import extract_features
 
     torch.set_num_threads(args.threads)
@@ -150,45 +151,9 @@ def _cmd_target_fetch(args: argparse.Namespace) -> int:
 
 def _cmd_train_draft(args: argparse.Namespace) -> int:
     from lilicorr.training.draft import DraftTrainConfig, train_draft
-    from lilicorr.training.losses import HeadLossWeights
+    from lilicorr.training.options import from_args
 
-    cfg = DraftTrainConfig(
-        target=args.target,
-        data=args.data,
-        out=args.out,
-        mode=args.mode,
-        run_dir=args.run_dir or "",
-        init=args.init,
-        num_layers=args.num_layers,
-        block_size=args.block_size,
-        target_layer_ids=[int(x) for x in args.target_layer_ids.split(",")] if args.target_layer_ids else None,
-        candidate_topk=args.candidate_topk,
-        arm_rank=args.arm_rank,
-        head_hidden_size=args.head_hidden_size,
-        head_layers=args.head_layers,
-        head_heads=args.head_heads,
-        factor_dim=args.factor_dim,
-        logit_scale=args.logit_scale,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        anchors=args.anchors,
-        lr=args.lr,
-        gamma=args.gamma,
-        head_grad_to_backbone=args.head_grad_to_backbone,
-        clip_per_module=args.clip_per_module,
-        seed=args.seed,
-        threads=args.threads,
-        val_every=args.val_every,
-        checkpoint_minutes=args.checkpoint_minutes,
-        head_weights=HeadLossWeights(ce=args.w_ce, margin=args.w_margin, penalty=args.w_pen, distill=args.w_distill),
-        features=args.features,
-        freeze_backbone=args.freeze_backbone,
-        conv_kernel_size=args.conv_kernel_size,
-        conv_group_size=args.conv_group_size,
-        mask_token=args.mask_token,
-        device=args.device,
-        bf16=not args.fp32,
-    )
+    cfg = from_args(DraftTrainConfig, args)
     summary = train_draft(cfg, resume=args.resume)
     print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
     return 0
@@ -303,7 +268,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         if unknown:
             print(f"error: --only: no arm named {sorted(unknown)}", file=sys.stderr)
             return 2
-        arms = [a for a in arms if a.name in set(args.only) or a.method == "ar"]
+        from lilicorr.decoding.methods import get_method
+
+        arms = [a for a in arms if a.name in set(args.only) or get_method(a.method).baseline]
     unknown = set(args.sweep_arms or []) - {a.name for a in arms}
     if unknown:
         print(f"error: --sweep-arms: no arm named {sorted(unknown)} among the bench's arms", file=sys.stderr)
@@ -318,6 +285,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         seed=args.seed,
         arms=arms,
         dtype=args.dtype,
+        device=args.device,
         sweep=None
         if args.no_sweep
         else {
@@ -341,7 +309,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     try:
         spec = parse_speculative_config(args.speculative_config)
-        app, _loop = build(args.target, spec, args.served_model_name, args.max_num_seqs, args.max_model_len, args.dtype)
+        app, _loop = build(
+            args.target, spec, args.served_model_name, args.max_num_seqs, args.max_model_len, args.dtype, args.device
+        )
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -415,7 +385,10 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from lilicorr.cli.generate import add_dtype_arg, add_generate_args  # argparse only: cheap to import
+    from lilicorr.cli.generate import add_device_arg, add_dtype_arg, add_generate_args
+    from lilicorr.decoding.methods import COMMON_KEYS, method_names, option_keys
+    from lilicorr.training.draft import DraftTrainConfig
+    from lilicorr.training.options import add_options
 
     p = argparse.ArgumentParser(prog="lilicorr", description="LiLiCorr speculative decoding toolkit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -446,6 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--dtype", default="float32", choices=["float32", "bfloat16"], help="target weights while generating"
     )
+    add_device_arg(s)
     s.set_defaults(func=_cmd_data_regenerate)
 
     s = data.add_parser("prompts", help="write a real prompt set as chat rows {id, category, messages}")
@@ -497,68 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_train_target)
 
     s = train.add_parser("draft", help="train a DFlash drafter, a LiLiCorr drafter, or a head on a backbone")
-    s.add_argument("--target", required=True)
-    s.add_argument("--data", required=True, help="file made by `lilicorr data regenerate`")
-    s.add_argument(
-        "--mode",
-        required=True,
-        choices=["dflash", "lilicorr", "head", "dflash2", "dspark", "domino"],
-        help="dflash2 / dspark / domino: comparison arms trained on the same backbone recipe",
-    )
-    s.add_argument("--out", required=True)
-    s.add_argument("--run-dir", default=None)
-    s.add_argument("--init", default=None, help="start from this draft checkpoint (required for --mode head)")
-    s.add_argument("--num-layers", type=int, default=2)
-    s.add_argument("--block-size", type=int, default=8)
-    s.add_argument("--target-layer-ids", default=None, help="comma-separated (default: spread over the target)")
-    s.add_argument("--candidate-topk", type=int, default=8)
-    s.add_argument("--arm-rank", type=int, default=64, help="low-rank width of the comparison arms")
-    s.add_argument("--head-hidden-size", type=int, default=0)
-    s.add_argument("--head-layers", type=int, default=2)
-    s.add_argument("--head-heads", type=int, default=4)
-    s.add_argument("--factor-dim", type=int, default=64)
-    s.add_argument("--logit-scale", type=float, default=8.0)
-    s.add_argument("--w-ce", type=float, default=0.25)
-    s.add_argument("--w-margin", type=float, default=0.0)
-    s.add_argument("--w-pen", type=float, default=0.25)
-    s.add_argument(
-        "--w-distill",
-        type=float,
-        default=0.0,
-        help="weight of distilling the target's distribution over the lattice into the head (T>0 proposals)",
-    )
-    s.add_argument("--steps", type=int, default=1000)
-    s.add_argument("--batch-size", type=int, default=8, help="global batch (split across torchrun processes)")
-    s.add_argument("--anchors", type=int, default=16)
-    s.add_argument("--lr", type=float, default=6e-4)
-    s.add_argument("--gamma", type=float, default=4.0)
-    s.add_argument(
-        "--head-grad-to-backbone",
-        type=float,
-        default=1.0,
-        help="scale of the head/arm loss gradient entering the backbone (1 = reference recipe, 0 = stop-gradient)",
-    )
-    s.add_argument(
-        "--clip-per-module",
-        action="store_true",
-        help="clip backbone and head/arm gradients separately (default: one global norm, as the reference)",
-    )
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--threads", type=int, default=1)
-    s.add_argument("--val-every", type=int, default=200)
-    s.add_argument("--checkpoint-minutes", type=float, default=4.0)
-    s.add_argument("--resume", action="store_true")
-    s.add_argument("--features", default=None, help="target feature cache from `lilicorr data features`")
-    s.add_argument(
-        "--freeze-backbone",
-        action="store_true",
-        help="comparison arms: train only the arm on the frozen --init backbone (like --mode head for LiLiCorr)",
-    )
-    s.add_argument("--conv-kernel-size", type=int, default=0, help="DFlash2 convolution taps (0: off; DFlash2: 2)")
-    s.add_argument("--conv-group-size", type=int, default=0, help="DFlash2 convolution channel group (DFlash2: 16)")
-    s.add_argument("--mask-token", default="", help="DFlash mask token (default: <|mask|>, else <empty_output>)")
-    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    s.add_argument("--fp32", action="store_true", help="no bf16 autocast (faster on CPUs without AMX/AVX512-bf16)")
+    add_options(s, DraftTrainConfig)
+    s.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
     s.set_defaults(func=_cmd_train_draft)
 
     s = data.add_parser("features", help="cache the target's tapped hidden states for drafter training")
@@ -589,11 +503,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_card_draft)
 
     s = sub.add_parser("serve", help="OpenAI-compatible server with speculative decoding and /metrics")
-    s.add_argument("target", nargs="?", default=None, help="target folder (default: the shipped models/tiny-s)")
+    s.add_argument(
+        "target",
+        nargs="?",
+        default=None,
+        help="target folder (default: models/smollm2-135m-instruct with models/smollm2-lilicorr)",
+    )
     s.add_argument(
         "--speculative-config",
         default=None,
-        help='vLLM-style JSON, e.g. \'{"method": "dflash", "model": "models/tiny-s-lilicorr-long"}\'',
+        help='vLLM-style JSON, e.g. \'{"method": "dflash", "model": "models/smollm2-lilicorr"}\' (dflash: the '
+        f"folder decides DFlash, LiLiCorr or its comparison arm). Methods: {', '.join(method_names())}; keys: "
+        f"{', '.join(COMMON_KEYS)} and the methods' own {', '.join(option_keys())}",
     )
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
@@ -601,6 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-num-seqs", type=int, default=8)
     s.add_argument("--max-model-len", type=int, default=None)
     s.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
+    add_device_arg(s)
     s.add_argument("--threads", type=int, default=2)
     s.add_argument("--log-level", default="warning")
     s.set_defaults(func=_cmd_serve)
@@ -620,6 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--chat", action="store_true", help="plain prompts get the target's chat template as one user turn")
     add_dtype_arg(s, "float32")
+    add_device_arg(s)
     s.add_argument("--corpus", default="data/corpus")
     s.add_argument("--num-prompts", type=int, default=16)
     s.add_argument("--prompt-tokens", type=int, default=48)

@@ -13,39 +13,30 @@ each row with its own length, acceptance and sampling settings. Invariants per r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from lilicorr.checkpoint import check_num_speculative_tokens
 from lilicorr.decoding.draft_cache import DraftContextCache
-from lilicorr.decoding.proposers import (
-    AutoregressiveProposer,
-    DFlashProposer,
-    DraftOutput,
-    LiLiCorrProposer,
-    Proposer,
-)
+from lilicorr.decoding.proposal import DraftOutput, Proposal, Proposer
 from lilicorr.decoding.request import Request
-from lilicorr.decoding.sampling import choose_token, target_probs
+from lilicorr.decoding.sampling import choose_token
 from lilicorr.decoding.stats import SpecStats, StageTimer
-from lilicorr.decoding.verify import verify_block, verify_greedy, verify_standard
+from lilicorr.decoding.verify import Verdict, Verifier
 from lilicorr.models.draft import DraftModel
 from lilicorr.target.runtime import CacheState, TargetRuntime, pad_right
-
-REJECTION_METHODS = ("standard", "block")
 
 
 @dataclass
 class SpecConfig:
-    """vLLM's option names. ``method`` None picks ``lilicorr`` for a LiLiCorr checkpoint, else ``dflash``."""
+    """vLLM's option names, plus the method's own options (``lilicorr.decoding.methods``)."""
 
-    method: str | None = None
+    method: str | None = None  # None: what the drafter is (DFlash, LiLiCorr, an arm); ar without one
     num_speculative_tokens: int | None = None  # default: block_size − 1
     draft_sample_method: str = "greedy"
     rejection_sample_method: str = "standard"
-    prompt_lookup_max: int = 4  # ngram only (vLLM's names)
-    prompt_lookup_min: int = 1
+    options: dict[str, int] = field(default_factory=dict)  # e.g. prompt_lookup_max, tree_budget
 
 
 @dataclass
@@ -55,25 +46,6 @@ class SeqState:
     anchor: torch.Tensor | None = None  # [Hm]
 
 
-def build_proposer(method: str, draft: DraftModel | None, target: TargetRuntime, config: SpecConfig) -> Proposer:
-    draft_sample_method = config.draft_sample_method
-    if method == "ar":
-        return AutoregressiveProposer(draft_sample_method)
-    if method == "ngram":
-        from lilicorr.decoding.ngram import NgramProposer
-
-        return NgramProposer(config.num_speculative_tokens or 4, config.prompt_lookup_max, config.prompt_lookup_min)
-    if draft is None:
-        raise ValueError(f"method {method!r} needs a draft checkpoint")
-    if method == "dflash":
-        return DFlashProposer(draft_sample_method)
-    if method == "lilicorr":
-        if draft.lilicorr is None:
-            raise ValueError("method 'lilicorr' needs a LiLiCorrDraftModel checkpoint (this one is DFlashDraftModel)")
-        return LiLiCorrProposer(draft.lilicorr, target.embed_tokens, draft_sample_method)
-    raise ValueError(f"unknown method {method!r}: expected ar, ngram, dflash or lilicorr")
-
-
 class SpecEngine:
     def __init__(
         self,
@@ -81,15 +53,17 @@ class SpecEngine:
         draft: DraftModel | None = None,
         config: SpecConfig | None = None,
         proposer: Proposer | None = None,
+        verifier: Verifier | None = None,
     ):
+        """``proposer`` None: the method of ``config`` from the registry (``methods.build_proposer``)."""
         config = config or SpecConfig()
-        if config.rejection_sample_method not in REJECTION_METHODS:
-            raise ValueError(
-                f"rejection_sample_method {config.rejection_sample_method!r}: expected one of {REJECTION_METHODS}"
-            )
-        method = config.method or ("ar" if draft is None else "lilicorr" if draft.is_lilicorr else "dflash")
+        self.verifier = verifier or Verifier(config.rejection_sample_method)
+        if proposer is None:
+            from lilicorr.decoding.methods import build_proposer
+
+            proposer = build_proposer(target, draft, config)
         self.target, self.draft, self.config = target, draft, config
-        self.proposer = proposer or build_proposer(method, draft, target, config)
+        self.proposer = proposer
         self.method = self.proposer.name
         if self.proposer.needs_draft:
             assert draft is not None
@@ -105,6 +79,11 @@ class SpecEngine:
         self.seqs: list[SeqState] = []
         self.tstate: CacheState | None = None
         self.dcache: DraftContextCache | None = None
+
+    @property
+    def speculative(self) -> bool:
+        """True when the method drafts tokens (everything but plain decoding)."""
+        return self.n > 0
 
     # -- batch membership ---------------------------------------------------------------------------
     @torch.no_grad()
@@ -179,45 +158,77 @@ class SpecEngine:
     # -- one cycle -------------------------------------------------------------------------------
     @torch.no_grad()
     def step(self) -> list[tuple[Request, list[int]]]:
-        """One draft–verify cycle for every running request; returns (request, newly committed tokens)."""
+        """One draft–verify cycle for every running request; returns (request, newly committed tokens).
+
+        The proposal is a chain or a tree; the engine verifies either without knowing the method."""
         if not self.seqs:
             return []
         assert self.tstate is not None
-        b, n = len(self.seqs), self.n
+        n = self.n
         drafted = n > 0 and self.proposer.needs_draft  # a drafter model runs: it needs taps and its context
         start = self.tstate.lengths.clone()  # [batch]: position of each pending token
         pending = torch.tensor([s.pending for s in self.seqs])
         temps = torch.tensor([s.request.params.temperature for s in self.seqs])
-        proposal = None
-        if n:
-            proposal = self._propose(pending, start, temps)
+        proposal = self._propose(pending, start, temps) if n else None
         with self.timer.stage("target_verify"):
-            verify_ids = pending[:, None] if proposal is None else torch.cat([pending[:, None], proposal.tokens], 1)
-            out = self.target.forward(self.tstate, verify_ids, want_taps=drafted)
+            out = self._verify_forward(pending, proposal, drafted)
         with self.timer.stage("other"):
-            verdicts = [self._verify(i, out.logits[i], proposal) for i in range(b)]
-            accepted = torch.tensor([v[0] for v in verdicts])
-            self.target.truncate(self.tstate, start + 1 + accepted)
+            verdicts = self.verifier.verify(proposal, out.logits, [s.request for s in self.seqs])
+            self._keep_verified(start, proposal, verdicts)
         if drafted:
             with self.timer.stage("draft_backbone"):
-                new_valid = torch.arange(n + 1)[None] <= accepted[:, None]
-                chunk, ctx = self._draft_context(out.taps, start, new_valid)
-                self.dcache.append(chunk.kv, new_valid)
+                ctx = self._extend_draft_context(out.taps, start, verdicts)
         emitted = []
         with self.timer.stage("other"):
             for i, s in enumerate(self.seqs):
-                a, tokens = verdicts[i]
-                if n:
-                    s.request.stats.record(n, a)
-                    self.stats.record(n, a)
+                v = verdicts[i]
+                if proposal is not None:
+                    s.request.stats.record(proposal.tokens.shape[1], v.accepted)
+                    self.stats.record(proposal.tokens.shape[1], v.accepted)
                 if drafted:
-                    s.anchor = ctx[i, a]
+                    s.anchor = ctx[i, v.accepted]
                 before = len(s.request.output_ids)
-                s.request.commit(tokens, self.decode, out.logits[i, : len(tokens)])  # token j ← logits row j
+                s.request.commit(v.tokens, self.decode, out.logits[i, v.path])  # token j ← verify position path[j]
                 emitted.append((s.request, s.request.output_ids[before:]))
-                s.pending = tokens[-1]
+                s.pending = v.tokens[-1]
             self._drop_finished()
         return emitted
+
+    def _verify_forward(self, pending: torch.Tensor, proposal: Proposal | None, drafted: bool):
+        """One target pass over ``[pending, drafts…]``: causal for a chain, ancestor-masked for a tree."""
+        assert self.tstate is not None
+        if proposal is None:
+            return self.target.forward(self.tstate, pending[:, None], want_taps=drafted)
+        ids = torch.cat([pending[:, None], proposal.tokens], 1)  # [batch, N + 1]
+        if proposal.is_tree:
+            return self.target.forward_tree(self.tstate, ids, proposal.depth(), proposal.ancestors(), want_taps=drafted)
+        return self.target.forward(self.tstate, ids, want_taps=drafted)
+
+    def _keep_verified(self, start: torch.Tensor, proposal: Proposal | None, verdicts: list[Verdict]) -> None:
+        """Drop the rejected drafts from the target cache (a chain keeps a prefix, a tree one path)."""
+        assert self.tstate is not None
+        if proposal is not None and proposal.is_tree:
+            keep = torch.zeros(len(verdicts), proposal.tokens.shape[1] + 1, dtype=torch.bool)
+            for row, v in enumerate(verdicts):
+                keep[row, v.path] = True
+            self.target.keep_new(self.tstate, keep)
+        else:
+            accepted = torch.tensor([v.accepted for v in verdicts])
+            self.target.truncate(self.tstate, start + 1 + accepted)
+
+    def _extend_draft_context(self, taps: torch.Tensor, start: torch.Tensor, verdicts: list[Verdict]):
+        """Fuse the taps of each row's accepted path into the draft context cache; returns the fused rows."""
+        assert self.dcache is not None
+        b, longest = len(verdicts), max(len(v.path) for v in verdicts)
+        rows = torch.zeros(b, longest, dtype=torch.long)  # [batch, L]: verify positions of the path
+        valid = torch.zeros(b, longest, dtype=torch.bool)
+        for row, v in enumerate(verdicts):
+            rows[row, : len(v.path)] = torch.tensor(v.path)
+            valid[row, : len(v.path)] = True
+        path_taps = torch.gather(taps, 1, rows[..., None].expand(b, longest, taps.shape[-1]))
+        chunk, ctx = self._draft_context(path_taps, start, valid)
+        self.dcache.append(chunk.kv, valid)
+        return ctx
 
     def _propose(self, pending: torch.Tensor, start: torch.Tensor, temps: torch.Tensor):
         if self.proposer.needs_draft:
@@ -255,21 +266,6 @@ class SpecEngine:
             requests=[s.request for s in self.seqs],
             anchor_tokens=pending,
         )
-
-    def _verify(self, row: int, logits: torch.Tensor, proposal) -> tuple[int, list[int]]:
-        """Verify one request's block; ``logits`` ``[n + 1, V]``."""
-        req = self.seqs[row].request
-        drafts = [] if proposal is None else proposal.tokens[row].tolist()
-        if req.params.greedy:
-            v = verify_greedy(drafts, logits.argmax(-1).tolist())
-        elif not drafts:
-            return 0, [choose_token(logits[0], req.params, req.generator)]
-        else:
-            p = target_probs(logits, req.params)  # [n + 1, V]
-            q = proposal.q_dense(row, logits.shape[-1])
-            verify = verify_block if self.config.rejection_sample_method == "block" else verify_standard
-            v = verify(drafts, p, q, req.generator)
-        return v.accepted, v.tokens
 
     # -- convenience ------------------------------------------------------------------------------
     def generate(self, requests: list[Request], on_tokens=None) -> list[Request]:

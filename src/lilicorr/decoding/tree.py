@@ -1,5 +1,6 @@
-"""Tree drafting: DDTree (training-free, over DFlash's per-slot marginals; Ringel & Romano, 2026) and
-the LiLiCorr lattice tree (over the head's conditional pair scores).
+"""Tree building — DDTree (training-free, over DFlash's per-slot marginals; Ringel & Romano, 2026) and
+the LiLiCorr lattice tree (over the head's conditional pair scores); their proposers are in
+``methods/ddtree.py``.
 
 A best-first search picks the most likely prefixes up to a node budget — DDTree scores a path by the
 product of the per-slot top-k marginals, the lattice tree by the head's chain of conditionals; the
@@ -16,11 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lilicorr.decoding.engine import SpecConfig, SpecEngine
-from lilicorr.decoding.proposers import DraftOutput, LiLiCorrProposer, Proposer
-from lilicorr.decoding.sampling import choose_token
-from lilicorr.decoding.stats import StageTimer
-from lilicorr.models.head import HeadScores, LiLiCorrHead
+from lilicorr.models.head import HeadScores
 
 
 @dataclass
@@ -28,14 +25,6 @@ class TokenTree:
     tokens: torch.Tensor  # [batch, N] node tokens, node 0 = the pending (root) token
     parents: torch.Tensor  # [batch, N] parent node index, −1 for the root
     depth: torch.Tensor  # [batch, N] 0 for the root
-
-    def ancestors(self) -> torch.Tensor:
-        """``[batch, N, N]`` bool: ``[i, j]`` = j is i or an ancestor of i."""
-        b, n = self.tokens.shape
-        anc = torch.eye(n, dtype=torch.bool).expand(b, n, n).clone()
-        for i in range(1, n):  # parents precede children, so each row copies its parent's row
-            anc[torch.arange(b), i] |= anc[torch.arange(b), self.parents[:, i].clamp_min(0)]
-        return anc
 
 
 def _best_first(dist, depth_max: int, budget: int) -> list[tuple[int, int, int]]:
@@ -121,115 +110,3 @@ def build_lattice_tree(ids: torch.Tensor, scores: HeadScores, roots: torch.Tenso
 
         rows.append(_best_first(dist, n, budget))
     return _assemble(rows, roots, budget)
-
-
-class TreeProposer(Proposer):
-    """DDTree's tree: best-first over the drafter's per-slot marginals."""
-
-    name = "ddtree"
-
-    def __init__(self, budget: int = 16, topk: int = 4):
-        super().__init__("greedy")
-        self.budget, self.topk = budget, topk
-
-    def build(self, d: DraftOutput, roots: torch.Tensor, timer: StageTimer) -> TokenTree:
-        with timer.stage("walk"):
-            return build_tree(d.logits, roots, self.budget, self.topk)
-
-
-class LatticeTreeProposer(TreeProposer):
-    """LiLiCorr's tree: best-first over the K-candidate lattice with the head's conditional scores."""
-
-    name = "lilicorr-tree"
-
-    def __init__(self, head: LiLiCorrHead, embed: torch.nn.Embedding, budget: int = 16):
-        super().__init__(budget, head.k)
-        self.lattice = LiLiCorrProposer(head, embed)
-
-    def build(self, d: DraftOutput, roots: torch.Tensor, timer: StageTimer) -> TokenTree:
-        ids, scores = self.lattice.lattice(d, timer)
-        with timer.stage("walk"):
-            return build_lattice_tree(ids, scores, roots, self.budget)
-
-
-class DDTreeEngine(SpecEngine):
-    """The speculative engine with tree drafting and tree verification (``ddtree``; with ``lattice=True``
-    the LiLiCorr lattice tree, ``lilicorr-tree``, which needs a LiLiCorr checkpoint)."""
-
-    def __init__(
-        self,
-        target,
-        draft,
-        config: SpecConfig | None = None,
-        budget: int = 16,
-        topk: int = 4,
-        lattice: bool = False,
-    ):
-        if lattice and (draft is None or draft.lilicorr is None):
-            raise ValueError("the LiLiCorr lattice tree needs a LiLiCorrDraftModel checkpoint")
-        proposer = (
-            LatticeTreeProposer(draft.lilicorr, target.embed_tokens, budget) if lattice else TreeProposer(budget, topk)
-        )
-        super().__init__(target, draft, config or SpecConfig(method="dflash"), proposer=proposer)
-        self.method = proposer.name
-
-    @torch.no_grad()
-    def step(self):
-        if not self.seqs:
-            return []
-        b = len(self.seqs)
-        start = self.tstate.lengths.clone()
-        pending = torch.tensor([s.pending for s in self.seqs])
-        d = self._draft(pending, start)
-        tree = self.proposer.build(d, pending, self.timer)
-        with self.timer.stage("walk"):
-            anc = tree.ancestors()
-        with self.timer.stage("target_verify"):
-            out = self.target.forward_tree(self.tstate, tree.tokens, tree.depth, anc)
-        with self.timer.stage("other"):
-            paths, emitted = [], []
-            children = [[[] for _ in range(tree.tokens.shape[1])] for _ in range(b)]
-            par = tree.parents.tolist()
-            for row in range(b):
-                for i, p in enumerate(par[row]):
-                    if i:
-                        children[row][p].append(i)
-            toks = tree.tokens.tolist()
-            for row, s in enumerate(self.seqs):
-                node, path = 0, [0]
-                while True:
-                    y = choose_token(out.logits[row, node], s.request.params, s.request.generator)
-                    nxt = next((c for c in children[row][node] if toks[row][c] == y), None)
-                    if nxt is None:
-                        break
-                    node = nxt
-                    path.append(node)
-                paths.append(path)
-                emitted.append([toks[row][i] for i in path[1:]] + [y])
-            keep = torch.zeros_like(tree.tokens, dtype=torch.bool)
-            for row, path in enumerate(paths):
-                keep[row, path] = True
-            self.target.keep_new(self.tstate, keep)
-        with self.timer.stage("draft_backbone"):
-            longest = max(len(p) for p in paths)
-            rows = torch.zeros(b, longest, dtype=torch.long)
-            valid = torch.zeros(b, longest, dtype=torch.bool)
-            for row, path in enumerate(paths):
-                rows[row, : len(path)] = torch.tensor(path)
-                valid[row, : len(path)] = True
-            taps = torch.gather(out.taps, 1, rows[..., None].expand(b, longest, out.taps.shape[-1]))
-            chunk, ctx = self._draft_context(taps, start, valid)
-            self.dcache.append(chunk.kv, valid)
-        result = []
-        with self.timer.stage("other"):
-            for row, s in enumerate(self.seqs):
-                accepted = len(paths[row]) - 1
-                s.request.stats.record(self.proposer.budget - 1, accepted)
-                self.stats.record(self.proposer.budget - 1, accepted)
-                s.anchor = ctx[row, accepted]
-                before = len(s.request.output_ids)
-                s.request.commit(emitted[row], self.decode, out.logits[row, paths[row]])  # token j ← node path[j]
-                result.append((s.request, s.request.output_ids[before:]))
-                s.pending = emitted[row][-1]
-            self._drop_finished()
-        return result

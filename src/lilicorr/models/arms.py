@@ -45,6 +45,11 @@ class DFlash2Selector(nn.Module):
         g = self.hidden_projection(hidden) * self.pred_embedding(prev)  # [..., r]
         return unary + (self.succ_embedding(cand) * g[..., None, :]).sum(-1)
 
+    def slot_scores(self, hidden, base, prev, state, embed):
+        """One drafting slot (the arms' common interface): scores over the top-K candidates ``cand``."""
+        unary, cand = torch.topk(base, self.k, dim=-1)  # [b, K]
+        return self.scores(hidden, cand, unary, prev), cand, state
+
 
 class DSparkMarkov(nn.Module):
     """Full-vocabulary transition bias from the previous token, rank r."""
@@ -60,6 +65,11 @@ class DSparkMarkov(nn.Module):
 
     def logits(self, hidden: torch.Tensor, base: torch.Tensor, prev: torch.Tensor, state=None):
         return base + self.w2(self.w1(prev)), None
+
+    def slot_scores(self, hidden, base, prev, state, embed):
+        """One drafting slot: full-vocabulary logits given the previous token (no candidate list)."""
+        row, state = self.logits(hidden, base, prev, state)
+        return row, None, state
 
 
 class DominoGRU(nn.Module):
@@ -79,6 +89,11 @@ class DominoGRU(nn.Module):
         state = self.prefix_gru(prev_emb, state)
         return base + self.embed_proj(torch.cat([hidden, state], -1)), state
 
+    def slot_scores(self, hidden, base, prev, state, embed):
+        """One drafting slot: the GRU reads the target embedding of the previous token."""
+        row, state = self.logits(hidden, base, embed(prev).to(hidden.dtype), state)
+        return row, None, state
+
 
 def build_arm(kind: str, vocab: int, hidden: int, rank: int, k: int) -> nn.Module:
     if kind == "dflash2":
@@ -97,6 +112,12 @@ def save_arm(arm: nn.Module, folder: Path, meta: dict) -> None:
         {k: v.detach().to(torch.bfloat16).contiguous() for k, v in arm.state_dict().items()},
         str(folder / "arm.safetensors"),
     )
+
+
+def arm_kind(folder: Path) -> str | None:
+    """The kind of the comparison arm saved in ``folder`` (its ``arm.json``), or None."""
+    meta = Path(folder) / "arm.json"
+    return str(json.loads(meta.read_text())["kind"]) if meta.exists() else None
 
 
 def load_arm(folder: Path, dtype: torch.dtype = torch.float32) -> nn.Module | None:

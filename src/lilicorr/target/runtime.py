@@ -51,6 +51,17 @@ def resolve_dtype(name: str) -> torch.dtype:
     return table[name]
 
 
+def resolve_device(device: str) -> str:
+    """``auto``: CUDA when torch sees one, else the CPU; ``cuda`` without one is a named error."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise TargetError(f"device {device!r}: expected auto, cpu or cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise TargetError("device 'cuda': no CUDA device is available to torch here")
+    return device
+
+
 # -- hole-tolerant KV caches: one rule for the target's cache and the drafter's context cache -----
 def should_compact(valid: torch.Tensor, live_max: int) -> bool:
     """Compact once a cache is over 64 columns and more than half holes (amortised: O(1) per token)."""
@@ -112,10 +123,25 @@ def _check_folder(path: Path) -> dict:
 
 
 class TargetRuntime:
-    """A frozen causal LM with batched cached forwards and hidden-state taps."""
+    """A frozen causal LM with batched cached forwards and hidden-state taps.
 
-    def __init__(self, model: nn.Module, tokenizer, layer_ids: tuple[int, ...] = (), path: Path | None = None):
-        self.model = model.eval()
+    ``device``: where the model and its KV cache live. The decoding engine's bookkeeping (ids, masks,
+    lengths) and the drafter stay on the CPU; inputs move to the device at each forward and logits
+    and taps come back, so one engine serves both. On a GPU the target — the cost of verification
+    and of data generation — runs there; serving drafters at GPU scale is vLLM's and SGLang's job.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer,
+        layer_ids: tuple[int, ...] = (),
+        path: Path | None = None,
+        device: str = "cpu",
+    ):
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self._host: dict[str, nn.Module] = {}
         self.tokenizer = tokenizer
         self.path = path
         self.num_layers = model.config.num_hidden_layers
@@ -125,7 +151,11 @@ class TargetRuntime:
 
     @classmethod
     def load(
-        cls, path: str | Path, layer_ids: tuple[int, ...] = (), dtype: torch.dtype = torch.float32
+        cls,
+        path: str | Path,
+        layer_ids: tuple[int, ...] = (),
+        dtype: torch.dtype = torch.float32,
+        device: str = "cpu",
     ) -> TargetRuntime:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -136,7 +166,7 @@ class TargetRuntime:
         except Exception as e:  # noqa: BLE001 - re-raised with the folder named
             raise TargetError(f"target {path}: tokenizer failed to load: {e}") from e
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-        return cls(model, tokenizer, layer_ids, path)
+        return cls(model, tokenizer, layer_ids, path, device=resolve_device(device))
 
     def set_layer_ids(self, layer_ids: tuple[int, ...]) -> None:
         bad = [i for i in layer_ids if not 0 <= i < self.num_layers]
@@ -150,11 +180,32 @@ class TargetRuntime:
     # -- pieces a drafter shares with the target ------------------------------------------------
     @property
     def embed_tokens(self) -> nn.Embedding:
-        return self.model.get_input_embeddings()
+        """The target's token embedding, on the CPU where the drafter runs (a host copy off-CPU)."""
+        if self.device.type == "cpu":
+            return self.model.get_input_embeddings()
+        if "embed" not in self._host:
+            weight = self.model.get_input_embeddings().weight.detach().cpu()
+            self._host["embed"] = nn.Embedding.from_pretrained(weight, freeze=True)
+        return self._host["embed"]
 
     @property
     def lm_head(self) -> nn.Module:
-        return self.model.get_output_embeddings()
+        """The target's LM head, on the CPU where the drafter runs (a host copy off-CPU)."""
+        if self.device.type == "cpu":
+            return self.model.get_output_embeddings()
+        if "head" not in self._host:
+            src = self.model.get_output_embeddings()
+            head = nn.Linear(src.in_features, src.out_features, bias=src.bias is not None)
+            head.load_state_dict({k: v.detach().cpu() for k, v in src.state_dict().items()})
+            self._host["head"] = head.to(src.weight.dtype).eval()
+        return self._host["head"]
+
+    def _out(self, out, want_taps: bool) -> TargetOutput:
+        """Logits (fp32) and taps of a forward, back on the CPU."""
+        taps = None
+        if self.layer_ids and want_taps:
+            taps = torch.cat([out.hidden_states[i + 1] for i in self.layer_ids], dim=-1).cpu()
+        return TargetOutput(logits=out.logits.float().cpu(), taps=taps)
 
     @property
     def eos_token_ids(self) -> set[int]:
@@ -194,20 +245,18 @@ class TargetRuntime:
         b, n = tokens.shape
         past = state.valid[:, None, :].expand(b, n, state.valid.shape[1])
         mask = torch.cat([past, ancestors], dim=2)[:, None]  # [batch, 1, N, past + N]
+        dev = self.device
         out = self.model(
-            input_ids=tokens,
-            attention_mask=mask,
-            position_ids=state.lengths[:, None] + depth,
+            input_ids=tokens.to(dev),
+            attention_mask=mask.to(dev),
+            position_ids=(state.lengths[:, None] + depth).to(dev),
             past_key_values=state.cache,
             use_cache=True,
             output_hidden_states=bool(self.layer_ids) and want_taps,
         )
         state.valid = torch.cat([state.valid, torch.ones(b, n, dtype=torch.bool)], dim=1)
         state.lengths = state.lengths + n
-        taps = None
-        if self.layer_ids and want_taps:
-            taps = torch.cat([out.hidden_states[i + 1] for i in self.layer_ids], dim=-1)
-        return TargetOutput(logits=out.logits.float(), taps=taps)
+        return self._out(out, want_taps)
 
     def keep_new(self, state: CacheState, keep: torch.Tensor) -> None:
         """Of the last ``keep.shape[1]`` columns keep only those marked (an accepted tree path)."""
@@ -245,20 +294,18 @@ class TargetRuntime:
         # tokens, and a pad seeing itself keeps its activations finite (a fully masked query
         # row would produce NaN that then leaks through 0 * NaN into later layers).
         attn = torch.cat([state.valid, torch.ones(b, n, dtype=torch.bool)], dim=1).long()
+        dev = self.device
         out = self.model(
-            input_ids=input_ids,
-            attention_mask=attn,
-            position_ids=positions,
+            input_ids=input_ids.to(dev),
+            attention_mask=attn.to(dev),
+            position_ids=positions.to(dev),
             past_key_values=state.cache,
             use_cache=True,
             output_hidden_states=bool(self.layer_ids) and want_taps,
         )
         state.valid = torch.cat([state.valid, new_mask], dim=1)
         state.lengths = state.lengths + new_mask.sum(1)
-        taps = None
-        if self.layer_ids and want_taps:
-            taps = torch.cat([out.hidden_states[i + 1] for i in self.layer_ids], dim=-1)
-        return TargetOutput(logits=out.logits.float(), taps=taps)
+        return self._out(out, want_taps)
 
     def truncate(self, state: CacheState, keep: torch.Tensor) -> None:
         """Keep only the first ``keep[b]`` live tokens of each row (drop rejected drafts)."""
@@ -279,14 +326,15 @@ class TargetRuntime:
     def compact(self, state: CacheState) -> None:
         """Squeeze holes out: live tokens of each row packed to the right, in order."""
         src = compaction_index(state.valid, int(state.lengths.max()))  # [batch, cols]
+        on_device = src.to(self.device)
         for layer in state.cache.layers:
             for name in ("keys", "values"):
-                setattr(layer, name, gather_columns(getattr(layer, name), src))  # [batch, kv_heads, cols, d]
+                setattr(layer, name, gather_columns(getattr(layer, name), on_device))  # [batch, kv_heads, cols, d]
         state.valid = torch.gather(state.valid, 1, src)
 
     def select_rows(self, state: CacheState, rows: torch.Tensor) -> None:
         """Keep only the given batch rows (a finished request leaves the batch)."""
-        state.cache.reorder_cache(rows)
+        state.cache.reorder_cache(rows.to(self.device))
         state.valid = state.valid[rows]
         state.lengths = state.lengths[rows]
 

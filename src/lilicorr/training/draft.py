@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -32,7 +32,7 @@ from lilicorr.decoding.walk import walk_greedy
 from lilicorr.models.backbone import training_block_mask
 from lilicorr.models.config import DraftConfig, LiLiCorrGeometry
 from lilicorr.models.draft import DraftModel, default_layer_ids_for
-from lilicorr.target.runtime import TargetRuntime
+from lilicorr.target.runtime import TargetRuntime, resolve_device
 from lilicorr.training.losses import (
     HeadLossWeights,
     block_labels,
@@ -41,65 +41,72 @@ from lilicorr.training.losses import (
     head_loss,
     sample_anchors,
 )
+from lilicorr.training.options import option
 from lilicorr.training.regenerate import load_regenerated
 from lilicorr.training.run import TrainRun
 
 MODES = ("dflash", "lilicorr", "head", "dflash2", "dspark", "domino")
+DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclass
 class DraftTrainConfig:
-    target: str
-    data: str
-    out: str
-    mode: str = "lilicorr"
-    run_dir: str = ""
-    init: str | None = None
+    """Every option of ``lilicorr train draft``: the CLI options and a card's recorded command are generated
+    from these fields (``training/options.py``)."""
+
+    target: str = option(help="target folder (Hugging Face causal LM)")
+    data: str = option(help="file made by `lilicorr data regenerate`")
+    out: str = option(help="drafter folder to write")
+    mode: str = option(help="dflash2 / dspark / domino: comparison arms on the same backbone recipe", choices=MODES)
+    run_dir: str = option("", "run folder with checkpoints and logs (default: runs/<out name>)")
+    init: str | None = option(None, "start from this draft checkpoint (required for --mode head / frozen arms)")
     # geometry
-    num_layers: int = 2
-    block_size: int = 8
-    conv_kernel_size: int = 0  # DFlash2 grouped dynamic convolution (0: off; DFlash2 uses 2 taps, groups of 16)
-    conv_group_size: int = 0
-    target_layer_ids: list[int] | None = None
-    candidate_topk: int = 8
-    head_hidden_size: int = 0
-    head_layers: int = 2
-    head_heads: int = 4
-    head_mlp_ratio: float = 2.0
-    factor_dim: int = 64
-    arm_rank: int = 64  # comparison arms (dflash2, dspark, domino): low-rank width
-    logit_scale: float = 8.0
-    vector_eps: float = 1e-4
+    num_layers: int = option(2, "drafter layers", always=True)
+    block_size: int = option(8, "DFlash block size", always=True)
+    conv_kernel_size: int = option(0, "DFlash2 grouped dynamic convolution taps (0: off; DFlash2: 2)")
+    conv_group_size: int = option(0, "DFlash2 convolution channel group (DFlash2: 16)")
+    target_layer_ids: list[int] | None = option(None, "tapped target layers, comma-separated (default: spread)")
+    candidate_topk: int = option(8, "LiLiCorr / arms: candidates per slot (K)")
+    head_hidden_size: int = option(0, "LiLiCorr head width (0: the drafter's hidden size)")
+    head_layers: int = option(2, "LiLiCorr lattice-transformer layers")
+    head_heads: int = option(4, "LiLiCorr lattice-transformer heads")
+    head_mlp_ratio: float = option(2.0, "LiLiCorr lattice-transformer MLP ratio")
+    factor_dim: int = option(64, "LiLiCorr in/out vector size")
+    arm_rank: int = option(64, "comparison arms (dflash2, dspark, domino): low-rank width")
+    logit_scale: float = option(8.0, "LiLiCorr pair-score scale")
+    vector_eps: float = option(1e-4, "LiLiCorr vector-norm epsilon")
     # optimisation
-    steps: int = 1000
-    batch_size: int = 8
-    anchors: int = 16
-    lr: float = 6e-4
-    warmup_ratio: float = 0.04
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    gamma: float = 4.0
+    steps: int = option(1000, "optimiser steps", always=True)
+    batch_size: int = option(8, "global batch (split across torchrun processes)", always=True)
+    anchors: int = option(16, "anchors (blocks) per sequence", always=True)
+    lr: float = option(6e-4, "peak learning rate", always=True)
+    warmup_ratio: float = option(0.04, "linear warm-up share of the steps, then cosine")
+    weight_decay: float = option(0.0, "AdamW weight decay")
+    grad_clip: float = option(1.0, "gradient-norm clip")
+    gamma: float = option(4.0, "DFlash position-decay γ of the loss", always=True)
     # Scale on the head loss's gradient where it enters the backbone (pass hidden, live log-probs,
     # anchor). 1.0 is the reference recipe (ModelOpt); 0.0 trains the head jointly but lets only the
     # DFlash loss shape the backbone. Applies to the comparison arms' losses the same way.
-    head_grad_to_backbone: float = 1.0
+    head_grad_to_backbone: float = option(
+        1.0, "scale of the head/arm loss gradient entering the backbone (1 = reference recipe, 0 = stop-gradient)"
+    )
     # Clip the backbone's and the head's (or arm's) gradients each to ``grad_clip`` instead of one
     # global norm. The reference clips globally; on small drafters the head's gradient norm is as large
     # as the backbone's, so a global clip shrinks the backbone's DFlash step every step.
-    clip_per_module: bool = False
-    head_weights: HeadLossWeights = field(default_factory=HeadLossWeights)
-    seed: int = 0
-    val_sequences: int = 64
-    val_every: int = 200
-    checkpoint_minutes: float = 4.0
-    threads: int = 1
-    bf16: bool = True
-    features: str | None = None  # feature cache (lilicorr data features); None: target forward online
-    mask_token: str = ""  # DFlash mask token; "" = '<|mask|>' if the vocabulary has it, else '<empty_output>'
-    device: str = "auto"  # auto | cpu | cuda
+    clip_per_module: bool = option(False, "clip backbone and head/arm gradients separately (reference: one norm)")
+    head_weights: HeadLossWeights = option(HeadLossWeights)
+    seed: int = option(0, "seed of initialisation, anchors and batches", always=True)
+    val_sequences: int = option(64, "held-out sequences for validation")
+    val_every: int = option(200, "validate every N steps")
+    checkpoint_minutes: float = option(4.0, "resumable checkpoint every N minutes")
+    threads: int = option(1, "torch threads per process")
+    bf16: bool = option(True, "no bf16 autocast (faster on CPUs without AMX/AVX512-bf16)", flag="--fp32", invert=True)
+    features: str | None = option(None, "target feature cache from `lilicorr data features` (default: online)")
+    mask_token: str = option("", "DFlash mask token (default: <|mask|>, else <empty_output>)")
+    device: str = option("auto", "auto: CUDA when available (NCCL under torchrun), else CPU", choices=DEVICES)
     # Comparison arms (dflash2 / dspark / domino) on a frozen --init backbone: only the arm trains, as
     # the LiLiCorr head does in mode 'head' — a cheap head-to-head on one shared backbone.
-    freeze_backbone: bool = False
+    freeze_backbone: bool = option(False, "comparison arms: train only the arm on the frozen --init backbone")
 
     @property
     def backbone_frozen(self) -> bool:
@@ -126,16 +133,6 @@ def _lr(step: int, cfg: DraftTrainConfig) -> float:
 # vocabulary serves as DFlash's mask, since the vocabulary (shared LM head) must not change.
 # SmolLM2: '<empty_output>' (id 16), one of its unused code-dataset markers.
 MASK_TOKEN_FALLBACKS = ("<|mask|>", "<empty_output>")
-
-
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"device {device!r}: expected auto, cpu or cuda")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda': no CUDA device is available to torch here")
-    return device
 
 
 def mask_token_id(tokenizer, name: str = "") -> int:

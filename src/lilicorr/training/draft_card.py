@@ -25,41 +25,13 @@ def _bench_rows(bench: dict, name: str) -> list[str]:
 
 
 def train_command(tc: dict) -> str:
-    """The ``lilicorr train draft`` command that reproduces a run, rebuilt from its recorded config."""
-    hw = tc["head_weights"]
-    parts = [
-        "lilicorr train draft",
-        f"--target {tc['target']} --data {tc['data']} --mode {tc['mode']} --out {tc['out']}",
-        f"--init {tc['init']}" if tc.get("init") else "",
-        f"--num-layers {tc['num_layers']} --block-size {tc['block_size']}",
-        f"--target-layer-ids {','.join(map(str, tc['target_layer_ids']))}" if tc.get("target_layer_ids") else "",
-        f"--steps {tc['steps']} --batch-size {tc['batch_size']} --anchors {tc['anchors']} --lr {tc['lr']:g} "
-        f"--gamma {tc['gamma']:g} --seed {tc['seed']} --threads {tc['threads']} --val-every {tc['val_every']}",
-    ]
-    if tc["mode"] in ("lilicorr", "head"):
-        parts.append(
-            f"--candidate-topk {tc['candidate_topk']} --head-hidden-size {tc['head_hidden_size']} "
-            f"--head-layers {tc['head_layers']} --head-heads {tc['head_heads']} --factor-dim {tc['factor_dim']} "
-            f"--logit-scale {tc['logit_scale']:g} --w-ce {hw['ce']:g} --w-margin {hw['margin']:g} "
-            f"--w-pen {hw['penalty']:g}" + (f" --w-distill {hw['distill']:g}" if hw.get("distill") else "")
-        )
-    if tc["mode"] in ("dflash2", "dspark", "domino"):
-        parts.append(f"--candidate-topk {tc['candidate_topk']} --arm-rank {tc['arm_rank']}")
-    if tc.get("head_grad_to_backbone", 1.0) != 1.0:
-        parts.append(f"--head-grad-to-backbone {tc['head_grad_to_backbone']:g}")
-    if tc.get("clip_per_module"):
-        parts.append("--clip-per-module")
-    if tc.get("conv_kernel_size"):
-        parts.append(f"--conv-kernel-size {tc['conv_kernel_size']} --conv-group-size {tc['conv_group_size']}")
-    if tc.get("freeze_backbone"):
-        parts.append("--freeze-backbone")
-    if tc.get("features"):
-        parts.append(f"--features {tc['features']}")
-    if tc.get("mask_token"):
-        parts.append(f"--mask-token '{tc['mask_token']}'")
-    if not tc.get("bf16", True):
-        parts.append("--fp32")
-    return " ".join(p for p in parts if p)
+    """The ``lilicorr train draft`` command that reproduces a run, rebuilt from its recorded config by the
+    same field table that declares the options (``training/options.py``)."""
+    from lilicorr.training.draft import DraftTrainConfig
+    from lilicorr.training.options import command_line
+
+    tc = {**tc, "run_dir": "", "device": "auto"}  # where and on what it ran: not part of the recipe
+    return command_line("lilicorr train draft", DraftTrainConfig, tc)
 
 
 def _data_command(dc: dict) -> str:

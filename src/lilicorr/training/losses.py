@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from lilicorr.models.head import HeadScores
+from lilicorr.training.options import option
 
 
 def sample_anchors(
@@ -65,14 +66,16 @@ def dflash_loss(
 
 @dataclass
 class HeadLossWeights:
-    ce: float = 0.25
-    margin: float = 0.0
-    penalty: float = 0.25
-    margin_value: float = 2.0
+    ce: float = option(0.25, "head loss: cross-entropy weight", flag="--w-ce")
+    margin: float = option(0.0, "head loss: margin weight", flag="--w-margin")
+    penalty: float = option(0.25, "head loss: penalty weight", flag="--w-pen")
+    margin_value: float = option(2.0, "head loss: margin", flag="--w-margin-value")
     # Cross-entropy from the target's distribution restricted to the K candidates (renormalised) to the
     # head's conditional softmax: makes the probabilistic walk's q a calibrated proposal at T = 1, not
     # just a ranking (0 = the reference recipe, which has no such term).
-    distill: float = 0.0
+    distill: float = option(
+        0.0, "weight of distilling the target's distribution over the lattice into the head (T>0)", flag="--w-distill"
+    )
 
 
 def lattice_truth(

@@ -47,6 +47,7 @@ class RegenConfig:
     prompts: str | None = None  # prompts JSONL (chat rows); None: corpus windows
     max_prompt_tokens: int = 256  # chat rows with a longer templated prompt are skipped
     dtype: str = "float32"  # target weights while generating (bf16 is faster on AMX CPUs and GPUs)
+    device: str = "cpu"  # where the target runs (auto: CUDA when available)
     shards: str | None = None  # shard folder (default: OUT.shards); batch i always holds prompts i·B..(i+1)·B−1,
     # so a run with fewer sequences reuses the first shards of a bigger one
 
@@ -91,7 +92,7 @@ def regenerate(cfg: RegenConfig) -> dict:
     out = Path(cfg.out)
     shard_dir = Path(cfg.shards) if cfg.shards else out.with_name(out.name + ".shards")
     shard_dir.mkdir(parents=True, exist_ok=True)
-    target = TargetRuntime.load(cfg.target, dtype=getattr(torch, cfg.dtype))
+    target = TargetRuntime.load(cfg.target, dtype=getattr(torch, cfg.dtype), device=cfg.device)
     chat = cfg.prompts is not None
     prompts = _chat_prompts(cfg, target.tokenizer) if chat else _prompts(cfg, target.tokenizer)
     n_batches = (len(prompts) + cfg.batch_size - 1) // cfg.batch_size

@@ -1,4 +1,4 @@
-"""Prompt lookup (n-gram) drafting, vLLM's ``method: "ngram"``: the training-free baseline.
+"""``ngram``: prompt lookup (vLLM's ``method: "ngram"``), the training-free baseline.
 
 The last ``k`` tokens of a request (``prompt_lookup_max`` ≥ k ≥ ``prompt_lookup_min``, longest
 first) are searched for earlier in its own prompt + output; the tokens that followed the most recent
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from lilicorr.decoding.proposers import DraftOutput, Proposal, Proposer
+from lilicorr.decoding.methods import BuildContext, Method, Option, register
+from lilicorr.decoding.proposal import DraftOutput, Proposal, Proposer
 from lilicorr.decoding.stats import StageTimer
 
 
@@ -48,5 +49,21 @@ class NgramProposer(Proposer):
             for req, pending in zip(d.requests or [], d.anchor_tokens.tolist(), strict=True):
                 history = req.prompt_ids + req.output_ids  # ends with the pending token
                 rows.append(lookup(history, self.n, self.k_max, self.k_min) or [pending] * self.n)
-            tokens = torch.tensor(rows, dtype=torch.long)  # [batch, n]
-            return Proposal(tokens=tokens, q_ids=tokens[..., None], q_probs=torch.ones(*tokens.shape, 1))
+            return self.one_hot_chain(torch.tensor(rows, dtype=torch.long))  # [batch, n]
+
+
+@register
+class Ngram(Method):
+    name = "ngram"
+    per_draft_length = False
+    needs_draft = False
+    help = "prompt lookup: the tokens that followed the latest earlier occurrence of the last k tokens"
+    options = (
+        Option("prompt_lookup_max", 4, "longest suffix searched (vLLM's key)"),
+        Option("prompt_lookup_min", 1, "shortest suffix searched (vLLM's key)"),
+    )
+
+    @classmethod
+    def build(cls, ctx: BuildContext) -> Proposer:
+        o = ctx.options
+        return NgramProposer(ctx.spec.num_speculative_tokens or 4, o["prompt_lookup_max"], o["prompt_lookup_min"])

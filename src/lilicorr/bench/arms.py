@@ -1,0 +1,77 @@
+"""The arms a benchmark compares: a name, a registered method, a drafter folder and vLLM's options.
+
+Every arm's engine comes from the methods registry (``arm_engine``), like generate's and serve's.
+Tree arms use the registry's default node budget (16, root included).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from lilicorr.decoding.engine import SpecConfig, SpecEngine
+from lilicorr.decoding.methods import build_engine, get_method
+from lilicorr.models.arms import arm_kind
+from lilicorr.target.runtime import TargetRuntime
+
+
+@dataclass
+class Arm:
+    name: str
+    method: str  # a registered method (lilicorr.decoding.methods)
+    draft: str | None = None
+    num_speculative_tokens: int | None = None
+    draft_sample_method: str = "greedy"
+    rejection_sample_method: str = "standard"
+
+
+def default_arms(drafts: list[str]) -> list[Arm]:
+    """AR, each draft with its native method; for LiLiCorr checkpoints also their own backbone's
+    per-slot argmax (``:top1``) and the oracle lattice (``:oracle``); for every drafter the
+    probabilistic draft (``:prob``: sampled walk / sampled marginals with q handed to rejection
+    sampling; T > 0 only, at T = 0 it is the greedy draft)."""
+    arms = [Arm("ar", "ar"), Arm("ngram", "ngram", num_speculative_tokens=4)]  # vLLM's training-free baseline
+    for d in drafts:
+        cfg = json.loads((Path(d) / "config.json").read_text())
+        label = Path(d).name
+        if cfg["architectures"][0] == "LiLiCorrDraftModel":
+            arms.append(Arm(f"{label}", "lilicorr", d))
+            arms.append(Arm(f"{label}:top1", "dflash", d))  # same backbone, per-slot argmax: isolates the walk
+            arms.append(Arm(f"{label}:oracle", "oracle", d))
+            arms.append(Arm(f"{label}:prob", "lilicorr", d, draft_sample_method="probabilistic"))
+            # trees at equal node budget on this one backbone: the head's conditionals vs the marginals
+            arms.append(Arm(f"{label}:tree", "lilicorr-tree", d))
+            arms.append(Arm(f"{label}:ddtree", "ddtree", d))
+        else:
+            arms.append(Arm(f"{label}", "dflash", d))
+            arms.append(Arm(f"{label}:ddtree", "ddtree", d))  # training-free tree over the same marginals
+            arms.append(Arm(f"{label}:prob", "dflash", d, draft_sample_method="probabilistic"))
+        kind = arm_kind(Path(d))
+        if kind is not None:  # a comparison arm trained on this backbone
+            arms.append(Arm(f"{label}:{kind}", kind, d))
+    return arms
+
+
+def with_draft_lengths(arms: list[Arm], lengths: list[int]) -> list[Arm]:
+    """Each speculative arm once per draft length (``name@nN``); trees keep their node budget instead."""
+    out = []
+    for a in arms:
+        if not get_method(a.method).per_draft_length:
+            out.append(a)
+            continue
+        for n in lengths:
+            out.append(replace(a, name=f"{a.name}@n{n}", num_speculative_tokens=n))
+    return out
+
+
+def arm_engine(target: TargetRuntime, arm: Arm, drafts: dict, references: dict | None) -> SpecEngine:
+    """The engine of one arm, through the methods registry (the oracle gets the greedy references)."""
+    spec = SpecConfig(
+        method=arm.method,
+        num_speculative_tokens=arm.num_speculative_tokens,
+        draft_sample_method=arm.draft_sample_method,
+        rejection_sample_method=arm.rejection_sample_method,
+    )
+    extras = {"references": references or {}}
+    return build_engine(target, spec, drafts.get(arm.draft), arm.draft, extras=extras)
