@@ -28,7 +28,6 @@ import torch
 import torch.distributed as dist
 
 from lilicorr.checkpoint import load_draft, save_draft
-from lilicorr.decoding.walk import walk_greedy
 from lilicorr.models.backbone import training_block_mask
 from lilicorr.models.config import DraftConfig, LiLiCorrGeometry
 from lilicorr.models.draft import DraftModel, default_layer_ids_for
@@ -37,10 +36,9 @@ from lilicorr.training.losses import (
     HeadLossWeights,
     block_labels,
     block_metrics,
-    dflash_loss,
-    head_loss,
     sample_anchors,
 )
+from lilicorr.training.objectives import ArmObjective, BlockPass, DFlashObjective, LiLiCorrObjective, Objective
 from lilicorr.training.options import option
 from lilicorr.training.regenerate import load_regenerated
 from lilicorr.training.run import TrainRun
@@ -207,22 +205,20 @@ def build_model(cfg: DraftTrainConfig, target: TargetRuntime) -> DraftModel:
 
 
 class DraftStep:
-    """One forward over a batch of sequences: losses (as sums) and the pieces metrics need."""
+    """One forward over a batch of sequences: the backbone's blocks once, then the mode's objectives
+    (``training/objectives.py``), as loss sums and the pieces metrics need."""
 
     def __init__(self, cfg: DraftTrainConfig, target: TargetRuntime, model: DraftModel, arm=None):
         self.cfg, self.target, self.model, self.arm = cfg, target, model, arm
         self.block = model.cfg.block_size
+        self.objectives: list[Objective] = [] if cfg.backbone_frozen else [DFlashObjective()]
+        if model.lilicorr is not None:
+            self.objectives.append(LiLiCorrObjective())
+        if arm is not None:
+            self.objectives.append(ArmObjective(arm))
 
-    def __call__(
-        self,
-        tokens: torch.Tensor,
-        loss_mask: torch.Tensor,
-        anchors: torch.Tensor,
-        valid: torch.Tensor,
-        want_metrics: bool = False,
-        feats: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> dict[str, torch.Tensor]:
-        """``feats``: cached (taps ``[b, t, F·H]``, final hidden ``[b, t, H]``); None runs the target."""
+    def block_pass(self, tokens: torch.Tensor, anchors: torch.Tensor, valid: torch.Tensor, feats=None) -> BlockPass:
+        """The drafted blocks ``[anchor, MASK × (B−1)]`` at every anchor, in one non-causal pass."""
         cfg, model, target, blk = self.cfg, self.model, self.target, self.block
         b, t = tokens.shape
         n = anchors.shape[1]
@@ -234,10 +230,9 @@ class DraftStep:
         else:
             taps, final = (f.to(dev, non_blocking=True) for f in feats)
         taps = taps.float() if not cfg.bf16 else taps
-        freeze_backbone = cfg.backbone_frozen
         with (
             torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.bf16),
-            torch.set_grad_enabled(torch.is_grad_enabled() and not freeze_backbone),
+            torch.set_grad_enabled(torch.is_grad_enabled() and not cfg.backbone_frozen),
         ):
             ctx = model.fuse(taps)  # [b, t, H]
             pos = torch.arange(t, device=dev).expand(b, t)
@@ -250,50 +245,25 @@ class DraftStep:
             ph = hidden[:, :, 1:]  # [b, n, S, H] pass hidden (after norm)
             logits = target.lm_head(ph)  # [b, n, S, V]
         labels = block_labels(tokens, anchors, blk).flatten(0, 1)  # [M, S]
-        logits = logits.flatten(0, 1)
-        vflat = valid.flatten()
-        res: dict[str, torch.Tensor] = {}
-        if not cfg.backbone_frozen:
-            res["dflash_sum"], res["dflash_den"] = dflash_loss(logits, labels, vflat, cfg.gamma)
-        ids = None
-        walk_ids = None
-        # what the head / arm losses see of the backbone: identical values, gradient scaled (see config)
-        h_ph, h_logits, h_ctx = (scale_grad(x, cfg.head_grad_to_backbone) for x in (ph, logits, ctx))
-        if model.lilicorr is not None:
-            with torch.no_grad():
-                ids = torch.topk(logits.detach(), model.cfg.lilicorr.candidate_topk, dim=-1).indices  # [M, S, K]
-            lf = h_logits.float()
-            lp = lf.gather(-1, ids) - torch.logsumexp(lf, -1, keepdim=True)  # live log-probs
-            emb_c = target.embed_tokens(ids).detach()
-            anchor_rows = torch.gather(h_ctx, 1, (anchors - 1).clamp_min(0)[..., None].expand(b, n, ctx.shape[-1]))
-            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.bf16):
-                scores = model.lilicorr(
-                    h_ph.flatten(0, 1), emb_c, lp, anchor_rows.flatten(0, 1), (anchors >= 1).flatten()
-                )
-            s = blk - 1
-            zpos = (anchors[..., None] + torch.arange(s, device=dev)).flatten(1)  # target row p+s predicts slot s
-            # the target's logits only where the head loss reads them: lm_head(final hidden) = logits
-            zf = torch.gather(final, 1, zpos[..., None].expand(b, n * s, final.shape[-1]))
-            with torch.no_grad():
-                zt = target.lm_head(zf.to(target.lm_head.weight.dtype)).float().view(b * n, s, -1)
-            res["head_sum"], res["head_den"] = head_loss(scores, ids, labels, zt, vflat, cfg.head_weights)
-            if want_metrics:
-                walk_ids = ids.gather(-1, walk_greedy(scores)[..., None]).squeeze(-1)
-        if self.arm is not None:
-            from lilicorr.models.arms import teacher_forced_loss
+        return BlockPass(ph, logits.flatten(0, 1), ctx, final, labels, valid.flatten(), tokens, anchors, blk)
 
-            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.bf16):
-                res["head_sum"], res["head_den"] = teacher_forced_loss(
-                    self.arm,
-                    h_ph.flatten(0, 1),
-                    h_logits,
-                    labels,
-                    torch.gather(tokens, 1, anchors).flatten(),
-                    target.embed_tokens,
-                    vflat,
-                )
+    def __call__(
+        self,
+        tokens: torch.Tensor,
+        loss_mask: torch.Tensor,
+        anchors: torch.Tensor,
+        valid: torch.Tensor,
+        want_metrics: bool = False,
+        feats: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """``feats``: cached (taps ``[b, t, F·H]``, final hidden ``[b, t, H]``); None runs the target."""
+        bp = self.block_pass(tokens, anchors, valid, feats)
+        res: dict[str, torch.Tensor] = {}
+        for objective in self.objectives:
+            res.update(objective(self, bp, want_metrics))
+        ids, walk_ids = res.pop("lattice_ids", None), res.pop("walk_ids", None)
         if want_metrics:
-            res.update({f"m_{k}": v for k, v in block_metrics(logits, labels, vflat, ids, walk_ids).items()})
+            res.update({f"m_{k}": v for k, v in block_metrics(bp.logits, bp.labels, bp.valid, ids, walk_ids).items()})
         return res
 
 
@@ -303,24 +273,6 @@ def _param_groups(trainable: torch.nn.ModuleDict) -> list[list[torch.nn.Paramete
     for name, p in trainable.named_parameters():
         (head if name.startswith(("draft.lilicorr.", "arm.")) else backbone).append(p)
     return [backbone, head]
-
-
-class _ScaleGrad(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, scale: float) -> torch.Tensor:
-        ctx.scale = scale
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        return grad * ctx.scale, None
-
-
-def scale_grad(x: torch.Tensor, scale: float) -> torch.Tensor:
-    """Identity forward; multiplies the gradient by ``scale`` on the way back (1.0: untouched)."""
-    if scale == 1.0 or not x.requires_grad:
-        return x
-    return x.detach() if scale == 0.0 else _ScaleGrad.apply(x, scale)
 
 
 def _all_reduce(x: torch.Tensor) -> torch.Tensor:

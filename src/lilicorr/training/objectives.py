@@ -1,0 +1,127 @@
+"""Each drafting method's training loss, next to nothing else: DFlash's block cross-entropy, the
+LiLiCorr head's lattice loss, and the comparison arms' teacher-forced loss.
+
+``DraftStep`` runs the shared backbone pass once (``BlockPass``) and sums the objectives its mode
+needs, chosen once at construction: no per-step branching on the method.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from lilicorr.decoding.walk import walk_greedy
+from lilicorr.training.losses import dflash_loss, head_loss
+
+
+@dataclass
+class BlockPass:
+    """The backbone's drafted blocks for a batch, and what the objectives read of it."""
+
+    ph: torch.Tensor  # [b, n, S, H] drafter hidden at the mask slots (after norm)
+    logits: torch.Tensor  # [M, S, V] drafter logits, M = b·n blocks
+    ctx: torch.Tensor  # [b, t, H] fused target context
+    final: torch.Tensor  # [b, t, H] the target's final hidden state
+    labels: torch.Tensor  # [M, S] the tokens each slot should predict
+    valid: torch.Tensor  # [M] bool: blocks that count
+    tokens: torch.Tensor  # [b, t]
+    anchors: torch.Tensor  # [b, n]
+    block: int
+
+
+class _ScaleGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.scale = scale
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad * ctx.scale, None
+
+
+def scale_grad(x: torch.Tensor, scale: float) -> torch.Tensor:
+    """Identity forward; multiplies the gradient by ``scale`` on the way back (1.0: untouched)."""
+    if scale == 1.0 or not x.requires_grad:
+        return x
+    return x.detach() if scale == 0.0 else _ScaleGrad.apply(x, scale)
+
+
+class Objective:
+    """One method's loss over a ``BlockPass``: returns sums and denominators (``*_sum``, ``*_den``), and
+    optionally ``walk_ids`` ``[M, S]`` (the method's own draft, for the validation metrics)."""
+
+    def __call__(self, step, bp: BlockPass, want_metrics: bool) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+
+class DFlashObjective(Objective):
+    """DFlash: position-decayed cross-entropy of every slot (γ), trains the backbone."""
+
+    def __call__(self, step, bp: BlockPass, want_metrics: bool) -> dict[str, torch.Tensor]:
+        s, d = dflash_loss(bp.logits, bp.labels, bp.valid, step.cfg.gamma)
+        return {"dflash_sum": s, "dflash_den": d}
+
+
+def _head_inputs(step, bp: BlockPass):
+    """What a head or arm sees of the backbone: identical values, gradient scaled by
+    ``head_grad_to_backbone`` where it enters the backbone."""
+    scale = step.cfg.head_grad_to_backbone
+    return scale_grad(bp.ph, scale), scale_grad(bp.logits, scale), scale_grad(bp.ctx, scale)
+
+
+class LiLiCorrObjective(Objective):
+    """LiLiCorr's head over the top-K lattice of each block: the true path must outscore the others
+    (cross-entropy, penalty, margin) and, with ``distill``, match the target's distribution over it."""
+
+    def __call__(self, step, bp: BlockPass, want_metrics: bool) -> dict[str, torch.Tensor]:
+        cfg, model, target = step.cfg, step.model, step.target
+        b, n = bp.anchors.shape
+        dev = bp.tokens.device
+        h_ph, h_logits, h_ctx = _head_inputs(step, bp)
+        with torch.no_grad():
+            ids = torch.topk(bp.logits.detach(), model.cfg.lilicorr.candidate_topk, dim=-1).indices  # [M, S, K]
+        lf = h_logits.float()
+        lp = lf.gather(-1, ids) - torch.logsumexp(lf, -1, keepdim=True)  # live log-probs
+        emb_c = target.embed_tokens(ids).detach()
+        rows = (bp.anchors - 1).clamp_min(0)[..., None].expand(b, n, bp.ctx.shape[-1])
+        anchor_rows = torch.gather(h_ctx, 1, rows)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+            scores = model.lilicorr(
+                h_ph.flatten(0, 1), emb_c, lp, anchor_rows.flatten(0, 1), (bp.anchors >= 1).flatten()
+            )
+        s = bp.block - 1
+        zpos = (bp.anchors[..., None] + torch.arange(s, device=dev)).flatten(1)  # target row p+s predicts slot s
+        # the target's logits only where the head loss reads them: lm_head(final hidden) = logits
+        zf = torch.gather(bp.final, 1, zpos[..., None].expand(b, n * s, bp.final.shape[-1]))
+        with torch.no_grad():
+            zt = target.lm_head(zf.to(target.lm_head.weight.dtype)).float().view(b * n, s, -1)
+        head_sum, head_den = head_loss(scores, ids, bp.labels, zt, bp.valid, cfg.head_weights)
+        out = {"head_sum": head_sum, "head_den": head_den, "lattice_ids": ids}
+        if want_metrics:
+            out["walk_ids"] = ids.gather(-1, walk_greedy(scores)[..., None]).squeeze(-1)
+        return out
+
+
+class ArmObjective(Objective):
+    """DFlash2's selector / DSpark / Domino: teacher-forced cross-entropy of the arm's sequential walk."""
+
+    def __init__(self, arm: torch.nn.Module):
+        self.arm = arm
+
+    def __call__(self, step, bp: BlockPass, want_metrics: bool) -> dict[str, torch.Tensor]:
+        from lilicorr.models.arms import teacher_forced_loss
+
+        h_ph, h_logits, _ = _head_inputs(step, bp)
+        with torch.autocast(bp.tokens.device.type, dtype=torch.bfloat16, enabled=step.cfg.bf16):
+            s, d = teacher_forced_loss(
+                self.arm,
+                h_ph.flatten(0, 1),
+                h_logits,
+                bp.labels,
+                torch.gather(bp.tokens, 1, bp.anchors).flatten(),
+                step.target.embed_tokens,
+                bp.valid,
+            )
+        return {"head_sum": s, "head_den": d}
