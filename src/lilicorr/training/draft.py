@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from lilicorr.checkpoint import load_draft, save_draft
+from lilicorr.models.arms import ARM_KINDS
 from lilicorr.models.backbone import training_block_mask
 from lilicorr.models.config import DraftConfig, LiLiCorrGeometry
 from lilicorr.models.draft import DraftModel, default_layer_ids_for
@@ -43,7 +44,7 @@ from lilicorr.training.options import option
 from lilicorr.training.regenerate import load_regenerated
 from lilicorr.training.run import TrainRun
 
-MODES = ("dflash", "lilicorr", "head", "dflash2", "dspark", "domino")
+MODES = ("dflash", "lilicorr", "head", *ARM_KINDS)
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -113,7 +114,7 @@ class DraftTrainConfig:
     def validate(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r}: expected one of {MODES}")
-        if self.freeze_backbone and self.mode not in ("dflash2", "dspark", "domino"):
+        if self.freeze_backbone and self.mode not in ARM_KINDS:
             raise ValueError(f"--freeze-backbone is for the comparison arms (mode {self.mode!r}; use --mode head)")
         if self.backbone_frozen and not self.init:
             raise ValueError(f"mode {self.mode!r} on a frozen backbone needs that backbone: pass --init DRAFT_DIR")
@@ -379,7 +380,7 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
         for name, p in model.named_parameters():
             p.requires_grad_(name.startswith("lilicorr.") and cfg.mode == "head")
     arm = None
-    if cfg.mode in ("dflash2", "dspark", "domino"):
+    if cfg.mode in ARM_KINDS:
         from lilicorr.models.arms import build_arm
 
         torch.manual_seed(cfg.seed + 2)

@@ -64,9 +64,13 @@ class Method:
     needs_reference: ClassVar[bool] = False  # measurement only: reads the greedy reference output (T = 0)
     per_draft_length: ClassVar[bool] = True  # the drafter's block length applies (not trees / model-free)
 
+    proposer: ClassVar[type[Proposer] | None] = None  # the default ``build``: ``proposer(draft_sample_method)``
+
     @classmethod
     def build(cls, ctx: BuildContext) -> Proposer:
-        raise NotImplementedError
+        if cls.proposer is None:
+            raise NotImplementedError(f"method {cls.name!r} sets neither 'proposer' nor 'build'")
+        return cls.proposer(ctx.spec.draft_sample_method)
 
     @classmethod
     def resolve_options(cls, given: dict[str, Any]) -> dict[str, int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from lilicorr.decoding.methods import BuildContext, Method, register
+from lilicorr.decoding.methods import Method, register
 from lilicorr.decoding.proposal import DraftOutput, Proposal, Proposer
 from lilicorr.decoding.sampling import inverse_cdf
 from lilicorr.decoding.stats import StageTimer
@@ -31,7 +31,4 @@ class DFlashProposer(Proposer):
 class DFlash(Method):
     name = "dflash"
     help = "block-diffusion drafter, per-slot argmax (or marginal sample)"
-
-    @classmethod
-    def build(cls, ctx: BuildContext) -> Proposer:
-        return DFlashProposer(ctx.spec.draft_sample_method)
+    proposer = DFlashProposer
