@@ -56,8 +56,9 @@ def ar_text(tiny_target_dir):
         {"method": "lilicorr-tree", "model": "lilicorr", "tree_budget": 8},
         {"method": "dflash", "model": "arm", "num_speculative_tokens": 3},
         {"method": "dflash", "model": "lilicorr", "draft_sample_method": "probabilistic"},
+        {"method": "dspark", "model": "arm", "num_speculative_tokens": 3},
     ],
-    ids=["ngram", "ddtree", "lilicorr-tree", "arm-folder", "lilicorr"],
+    ids=["ngram", "ddtree", "lilicorr-tree", "arm-folder", "lilicorr", "arm-by-name"],
 )
 def test_every_method_serves_ar_text_and_counts_drafts(tiny_target_dir, folders, ar_text, spec):
     from openai import OpenAI
@@ -71,7 +72,7 @@ def test_every_method_serves_ar_text_and_counts_drafts(tiny_target_dir, folders,
         r = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=24, temperature=0)
         assert r.choices[0].text == ar_text
         assert _drafts(httpx.get(url + "/metrics").text) > 0
-        if spec.get("model", "").endswith("arm"):
+        if spec.get("model", "").endswith("arm"):  # by the folder (method dflash) or by name
             assert loop.engine.proposer.name == "dspark"  # the folder's arm.json chose the arm
     finally:
         srv.should_exit = True
