@@ -14,13 +14,24 @@ mkdir -p data/prompts
 [ -f data/prompts/mt-bench.jsonl ] || $L data prompts mt-bench --out data/prompts/mt-bench.jsonl
 [ -f data/prompts/humaneval.jsonl ] || $L data prompts humaneval --out data/prompts/humaneval.jsonl
 cat data/prompts/mt-bench.jsonl data/prompts/humaneval.jsonl > data/prompts/eval-mt-bench-humaneval.jsonl
+# Quantized exports of the two main drafters (int8 W8A8 compressed-tensors, NVFP4 ModelOpt layout): their τ
+# against bf16 and their drafting cost (QUANT=0 skips them).
+QUANTIZED=()
+if [ "${QUANT:-1}" = 1 ]; then
+  for d in smollm2-dflash smollm2-lilicorr; do for q in int8 nvfp4; do
+    [ -f build/quant/$d-$q/config.json ] || $L export models/$d --quantize $q --out build/quant/$d-$q
+    QUANTIZED+=(build/quant/$d-$q)
+  done; done
+fi
 DRAFTS=(models/smollm2-dflash models/smollm2-lilicorr)
-for d in models/smollm2-dflash-head models/arms/smollm2-dflash2 models/arms/smollm2-dspark models/arms/smollm2-domino ${EXTRA_DRAFTS:-}; do
+for d in models/smollm2-lilicorr-conv models/smollm2-dflash-head models/arms/smollm2-dflash2 models/arms/smollm2-dspark \
+    models/arms/smollm2-domino "${QUANTIZED[@]}" ${EXTRA_DRAFTS:-}; do
   [ -f $d/config.json ] && DRAFTS+=($d)
 done
-D=smollm2-dflash; LL=smollm2-lilicorr; H=smollm2-dflash-head
-ARMS=(ar ngram $D $D:ddtree $D:prob $LL $LL:top1 $LL:oracle $LL:prob $LL:tree $LL:ddtree $H $H:oracle $H:prob
-  smollm2-dflash2:dflash2 smollm2-dspark:dspark smollm2-domino:domino ${EXTRA_ARMS:-})
+D=smollm2-dflash; LL=smollm2-lilicorr; C=smollm2-lilicorr-conv; H=smollm2-dflash-head
+ARMS=(ar ngram $D $D:ddtree $D:prob $LL $LL:top1 $LL:oracle $LL:prob $LL:tree $LL:ddtree $C $C:top1 $C:oracle $C:prob
+  $C:tree $C:ddtree $H $H:oracle $H:prob smollm2-dflash2:dflash2 smollm2-dspark:dspark smollm2-domino:domino
+  $D-int8 $D-nvfp4 $LL-int8 $LL-nvfp4 ${EXTRA_ARMS:-})
 ONLY=()
 for a in "${ARMS[@]}"; do
   base=${a%%:*}

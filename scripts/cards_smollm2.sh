@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
 OUT=${OUT:-runs/bench-smollm2}
-for m in models/smollm2-dflash models/smollm2-lilicorr models/smollm2-dflash-head models/arms/smollm2-dflash2 \
+for m in models/smollm2-dflash models/smollm2-lilicorr models/smollm2-lilicorr-conv models/smollm2-dflash-head models/arms/smollm2-dflash2 \
   models/arms/smollm2-dspark models/arms/smollm2-domino ${EXTRA_MODELS:-}; do
   [ -f "$m/training_summary.json" ] || continue
   data=$(python3 -c "import json,sys; print(json.load(open('$m/training_summary.json'))['config']['data'])")

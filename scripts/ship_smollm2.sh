@@ -6,9 +6,11 @@
 #   3. data: the target answers them itself under its chat template (every other row T=1, EOS-terminated)
 #   4. features: the target's tapped hidden states, extracted once, shared by every drafter
 #   5. DFlash and co-trained LiLiCorr on identical data, steps, seed and backbone geometry, in parallel
+#   5b. co-trained LiLiCorr with DFlash2's grouped dynamic convolution (the paper's best row): same recipe +
+#       --conv-kernel-size 2 --conv-group-size 16 (stage "conv"; trained in a later session than 5)
 #   6. heads on the frozen smollm2-dflash backbone, HEAD_STEPS each, two at a time: LiLiCorr's head and
 #      the comparison arms (DFlash2's selector, DSpark, Domino)
-# Knobs: SEQS (sequences of data), STEPS, HEAD_STEPS, THREADS_REGEN; STAGES (default "data main heads").
+# Knobs: SEQS (sequences of data), STEPS, HEAD_STEPS, THREADS_REGEN; STAGES (default "data main conv heads").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
@@ -21,7 +23,7 @@ FEATS=data/cache/features-smollm2-$SEQS
 mkdir -p runs data/prompts
 
 make target
-STAGES=${STAGES:-data main heads}
+STAGES=${STAGES:-data main conv heads}
 [ -f data/prompts/sharegpt.jsonl ] || $L data prompts sharegpt --out data/prompts/sharegpt.jsonl
 if [[ $STAGES == *data* ]]; then
 # Shards are per batch of 32 and prompts come in file order, so any SEQS reuses the shards already made.
@@ -41,6 +43,12 @@ if [[ $STAGES == *main* ]]; then
   --clip-per-module --head-grad-to-backbone 0.25 --w-distill 0.25 \
   --out models/smollm2-lilicorr --resume > runs/train-smollm2-lilicorr.log 2>&1 &
 wait
+fi
+
+if [[ $STAGES == *conv* ]]; then
+[ -f models/smollm2-lilicorr-conv/config.json ] || $L train draft $COMMON $HEAD --mode lilicorr \
+  --clip-per-module --head-grad-to-backbone 0.25 --w-distill 0.25 --conv-kernel-size 2 --conv-group-size 16 \
+  --out models/smollm2-lilicorr-conv --resume > runs/train-smollm2-lilicorr-conv.log 2>&1
 fi
 
 if [[ $STAGES == *heads* ]]; then

@@ -93,7 +93,13 @@ def write_draft_card(
         f"{cfg['num_attention_heads']}/{cfg['num_key_value_heads']} heads × {cfg['head_dim']}, "
         f"MLP {cfg['intermediate_size']}",
         f"- block size {dfc['block_size']} ({dfc['block_size'] - 1} drafted tokens), mask token id "
-        f"{dfc['mask_token_id']}, target layers {dfc['target_layer_ids']}",
+        f"{dfc['mask_token_id']}, target layers {dfc['target_layer_ids']}"
+        + (
+            f"; DFlash2 grouped dynamic convolution: {dfc['conv_kernel_size']} taps, groups of "
+            f"{dfc['conv_group_size']} channels"
+            if dfc.get("conv_kernel_size")
+            else ""
+        ),
         f"- LiLiCorr head: {geometry}" if geometry else "- no LiLiCorr head (vanilla DFlash)",
         *_arm_line(model_dir),
         "",

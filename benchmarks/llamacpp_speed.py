@@ -1,0 +1,133 @@
+"""llama.cpp beside lilicorr's engine on the same chat prompts, batch 1, T = 0: tokens/s and acceptance.
+
+Arms: llama-server AR (the target GGUF, Q4_1 as shipped), llama-server + each drafter exported as GGUF
+(DFlash drafting; a LiLiCorr drafter runs as its DFlash backbone there), and lilicorr's engine (AR, the
+LiLiCorr chain, DDTree on the same backbone, ngram) on the dequantized HF folder. Writes a markdown
+table (default docs/RESULTS-llamacpp.md). Run it alone on the machine: timings.
+
+    python benchmarks/llamacpp_speed.py --threads 2 --max-tokens 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from lilicorr.bench.llamacpp import LlamaServer, pooled
+from lilicorr.bench.runner import environment
+from lilicorr.checkpoint import load_draft
+from lilicorr.data.chat import row_ids
+from lilicorr.data.prompt_sets import load_set
+from lilicorr.decoding.engine import SpecConfig
+from lilicorr.decoding.methods import build_engine
+from lilicorr.decoding.request import Request
+from lilicorr.decoding.sampling import SamplingParams
+from lilicorr.shipped import SHIPPED_DFLASH, SHIPPED_DRAFT, SHIPPED_TARGET
+from lilicorr.target.runtime import TargetRuntime, cpu_has_fast_bf16, resolve_dtype
+
+
+def engine_arm(target, spec: SpecConfig, draft, draft_dir, prompts, max_tokens) -> dict:
+    engine = build_engine(target, spec, draft, draft_dir)
+    eos = frozenset(target.eos_token_ids)
+    tokens, secs, outs = 0, 0.0, []
+    for row in prompts:
+        req = Request(row_ids(target.tokenizer, row), SamplingParams(max_tokens=max_tokens), eos_ids=eos)
+        t0 = time.perf_counter()
+        engine.generate([req])
+        secs += time.perf_counter() - t0
+        tokens += len(req.output_ids)
+        outs.append(req.output_ids)
+    return {"tokens": tokens, "tokens_per_s": round(tokens / secs, 2), "tau": round(engine.stats.tau, 4), "outs": outs}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--prompts", type=int, default=8, help="MT-Bench prompts, one per category first")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--out", default="docs/RESULTS-llamacpp.md")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    rows = load_set("mt-bench")
+    prompts = (rows[::10] + [r for i, r in enumerate(rows) if i % 10])[: args.prompts]
+    gguf = Path("build/gguf")
+    gguf.mkdir(parents=True, exist_ok=True)
+    table = []
+    for d in (SHIPPED_DFLASH, SHIPPED_DRAFT):
+        out = gguf / (Path(d).name + ".gguf")
+        cmd = [sys.executable, "-m", "lilicorr.cli.main", "export", "--format", "gguf", d]
+        subprocess.run([*cmd, "--target", SHIPPED_TARGET, "--out", str(out)], check=True, capture_output=True)
+    llama_ar = None
+    for name, draft in [("llama.cpp AR", None)] + [
+        (f"llama.cpp + {Path(d).name} (DFlash drafting)", gguf / (Path(d).name + ".gguf"))
+        for d in (SHIPPED_DFLASH, SHIPPED_DRAFT)
+    ]:
+        with LlamaServer(SHIPPED_TARGET + ".gguf", draft, threads=args.threads) as server:
+            answers = [server.chat(r, args.max_tokens) for r in prompts]
+        stats = pooled(answers)
+        texts = [a.text for a in answers]
+        llama_ar = llama_ar or texts
+        table.append(
+            (
+                name,
+                stats["tokens_per_s"],
+                stats["tau"],
+                f"{sum(a == b for a, b in zip(texts, llama_ar, strict=True))}/{len(texts)}",
+            )
+        )
+        print(table[-1], flush=True)
+    dtype = resolve_dtype(args.dtype)
+    target = TargetRuntime.load(SHIPPED_TARGET, dtype=dtype)
+    lili = load_draft(SHIPPED_DRAFT, target.model.config, dtype=dtype)
+    ar = engine_arm(target, SpecConfig(method="ar"), None, None, prompts, args.max_tokens)
+    engine_arms = [
+        ("lilicorr engine AR", ar),
+        (
+            "lilicorr engine ngram",
+            engine_arm(
+                target, SpecConfig(method="ngram", num_speculative_tokens=4), None, None, prompts, args.max_tokens
+            ),
+        ),
+        (
+            "lilicorr engine LiLiCorr chain",
+            engine_arm(target, SpecConfig(), lili, SHIPPED_DRAFT, prompts, args.max_tokens),
+        ),
+        (
+            "lilicorr engine DDTree (LiLiCorr backbone, 16 nodes)",
+            engine_arm(target, SpecConfig(method="ddtree"), lili, SHIPPED_DRAFT, prompts, args.max_tokens),
+        ),
+    ]
+    for name, r in engine_arms:
+        same = sum(a == b for a, b in zip(r["outs"], ar["outs"], strict=True))
+        table.append((name, r["tokens_per_s"], r["tau"], f"{same}/{len(prompts)}"))
+        print(table[-1], flush=True)
+    base = table[0][1]
+    cpu = environment()["cpu"]
+    env = f"{cpu}, {args.threads} threads, AMX-bf16: {cpu_has_fast_bf16()}, engine dtype {dtype}"
+    lines = [
+        "# llama.cpp beside lilicorr (SmolLM2-135M-Instruct, batch 1, T = 0)",
+        "",
+        f"Generated by `python benchmarks/llamacpp_speed.py --threads {args.threads} --max-tokens {args.max_tokens}` "
+        f"on {time.strftime('%Y-%m-%d')} ({env}); {len(prompts)} MT-Bench prompts (one per category first), "
+        f"{args.max_tokens}-token answers. llama.cpp runs the shipped Q4_1 GGUF; the engine runs the folder "
+        "dequantized from it. τ = tokens per target step; 'identical' compares with the AR arm of the same stack.",
+        "",
+        "| arm | tokens/s | × llama.cpp AR | τ | identical to its AR |",
+        "|---|---|---|---|---|",
+    ]
+    for name, tps, tau, same in table:
+        lines.append(f"| {name} | {tps:.1f} | {tps / base:.2f}× | {tau if tau else '—'} | {same} |")
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print(json.dumps({"written": args.out}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
