@@ -80,6 +80,12 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-speculative-tokens", type=int, default=None, help="1..block_size-1 (default B-1)")
     p.add_argument("--draft-sample-method", choices=["greedy", "probabilistic"], default="greedy")
     p.add_argument("--rejection-sample-method", choices=["standard", "block"], default="standard")
+    p.add_argument(
+        "--enable-adaptive-verification",
+        action="store_true",
+        help="verify only the draft prefix whose expected accepted tokens pay for its measured verify cost "
+        "(falls back to AR steps when drafts do not pay); chain methods",
+    )
     p.add_argument("--compare-ar", action="store_true", help="also decode autoregressively and print the speedup")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
@@ -131,6 +137,7 @@ def run_generate(args: argparse.Namespace) -> int:
             draft_sample_method=args.draft_sample_method,
             rejection_sample_method=args.rejection_sample_method,
             options=method_options(args),
+            enable_adaptive_verification=args.enable_adaptive_verification,
         )
         engine = build_engine(target, spec, draft, args.draft)
         ar_engine = SpecEngine(target) if args.compare_ar else None
@@ -199,6 +206,7 @@ def run_generate(args: argparse.Namespace) -> int:
                     "num_drafts": st.num_drafts,
                     "num_draft_tokens": st.num_draft_tokens,
                     "num_accepted_tokens": st.num_accepted_tokens,
+                    "num_verified_tokens": st.num_draft_tokens,
                     "accepted_per_position": st.accepted_per_position,
                     "time_breakdown_s": engine.timer.as_dict(),
                 }
@@ -235,6 +243,10 @@ def run_generate(args: argparse.Namespace) -> int:
             "tau": round(engine.stats.tau, 4),
             "tokens_per_s": round(totals["spec_tokens"] / max(totals["spec_s"], 1e-9), 2),
         }
+        if engine.adaptive is not None:  # predicted vs realised acceptance per draft position
+            summary["num_verified_tokens"] = engine.stats.num_draft_tokens
+            summary["num_proposed_tokens"] = engine.stats.num_proposed_tokens
+            summary["adaptive_calibration"] = engine.adaptive.calibration()
         if ar_engine is not None:
             ar_tps = totals["ar_tokens"] / max(totals["ar_s"], 1e-9)
             summary.update({"ar_tokens_per_s": round(ar_tps, 2), "speedup": round(summary["tokens_per_s"] / ar_tps, 3)})

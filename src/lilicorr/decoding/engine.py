@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lilicorr.checkpoint import check_num_speculative_tokens
+from lilicorr.decoding.adaptive import AdaptiveWidth, CostModel
 from lilicorr.decoding.draft_cache import DraftContextCache
 from lilicorr.decoding.proposal import DraftOutput, Proposal, Proposer
 from lilicorr.decoding.request import Request
@@ -37,6 +38,7 @@ class SpecConfig:
     draft_sample_method: str = "greedy"
     rejection_sample_method: str = "standard"
     options: dict[str, int] = field(default_factory=dict)  # e.g. prompt_lookup_max, tree_budget
+    enable_adaptive_verification: bool = False  # verify only the prefix that pays (decoding/adaptive.py)
 
 
 @dataclass
@@ -73,6 +75,10 @@ class SpecEngine:
             self.n = n
         else:  # a model-free proposer (ar: 0 tokens; ngram: its own count)
             self.n = int(getattr(self.proposer, "n", 0))
+        self.adaptive: AdaptiveWidth | None = None
+        self._skip = self._backoff = 0  # adaptive: AR steps left before drafting again, and the next pause
+        if config.enable_adaptive_verification and self.proposer.needs_draft and self.n:
+            self.adaptive = AdaptiveWidth(self.n, CostModel.measure(target, self.n + 1))
         self.decode = target.tokenizer.decode
         self.timer = StageTimer()
         self.stats = SpecStats()
@@ -169,12 +175,20 @@ class SpecEngine:
         start = self.tstate.lengths.clone()  # [batch]: position of each pending token
         pending = torch.tensor([s.pending for s in self.seqs])
         temps = torch.tensor([s.request.params.temperature for s in self.seqs])
-        proposal = self._propose(pending, start, temps) if n else None
+        proposal = self._propose(pending, start, temps) if n and not self._pause() else None
+        conf, width = None, None
+        if self.adaptive is not None and proposal is not None and not proposal.is_tree:
+            with self.timer.stage("other"):
+                conf, width = proposal.confidence, self.adaptive.choose(proposal.confidence)
+                self.stats.num_proposed_tokens += proposal.tokens.numel()
+                proposal = self._adapt(proposal, width)
         with self.timer.stage("target_verify"):
             out = self._verify_forward(pending, proposal, drafted)
         with self.timer.stage("other"):
             verdicts = self.verifier.verify(proposal, out.logits, [s.request for s in self.seqs])
             self._keep_verified(start, proposal, verdicts)
+            if conf is not None:
+                self.adaptive.update(conf, [v.accepted for v in verdicts], width)
         if drafted:
             with self.timer.stage("draft_backbone"):
                 ctx = self._extend_draft_context(out.taps, start, verdicts)
@@ -193,6 +207,22 @@ class SpecEngine:
                 s.pending = v.tokens[-1]
             self._drop_finished()
         return emitted
+
+    def _pause(self) -> bool:
+        """Adaptive verification chose no drafts: skip the drafter for a few steps (doubling, up to 8)."""
+        if self._skip:
+            self._skip -= 1
+            return True
+        return False
+
+    def _adapt(self, proposal: Proposal, width: int) -> Proposal | None:
+        """The verified prefix of the chain (None: an AR step, and a pause before drafting again)."""
+        if width == 0:
+            self._backoff = min(2 * self._backoff or 1, 8)
+            self._skip = self._backoff
+            return None
+        self._backoff = 0
+        return proposal if width == proposal.tokens.shape[1] else proposal.prefix(width)
 
     def _verify_forward(self, pending: torch.Tensor, proposal: Proposal | None, drafted: bool):
         """One target pass over ``[pending, drafts…]``: causal for a chain, ancestor-masked for a tree."""
@@ -242,7 +272,12 @@ class SpecEngine:
                 uniforms = torch.stack([torch.rand(n, generator=s.request.generator) for s in self.seqs])
             else:
                 uniforms = torch.zeros(len(pending), n)
-        return self.proposer.propose(d, temps, uniforms, self.timer)
+        proposal = self.proposer.propose(d, temps, uniforms, self.timer)
+        if self.adaptive is not None and not proposal.is_tree:  # the drafter's own probability of each token
+            with self.timer.stage("other"):
+                probs = torch.softmax(d.logits.float(), -1)  # [batch, n, V]
+                proposal.confidence = probs.gather(-1, proposal.tokens[..., None]).squeeze(-1)
+        return proposal
 
     def _draft(self, pending: torch.Tensor, start: torch.Tensor) -> DraftOutput:
         """One drafter pass over ``[pending, MASK × n]`` per row: hidden states and logits of the mask slots."""

@@ -40,11 +40,18 @@ class Proposal:
     q_ids: torch.Tensor | None = None
     q_probs: torch.Tensor | None = None
     parents: torch.Tensor | None = None  # [batch, N] long, trees only
+    confidence: torch.Tensor | None = None  # [batch, n] the drafter's probability of each chain token
     _memo: dict = field(default_factory=dict, repr=False, compare=False)  # depth / ancestors, built once
 
     @property
     def is_tree(self) -> bool:
         return self.parents is not None
+
+    def prefix(self, width: int) -> Proposal:
+        """The first ``width`` tokens of a chain (a shorter draft: q is per token, so it stays exact)."""
+        assert not self.is_tree, "a tree has no prefix"
+        cut = lambda x: None if x is None else x[:, :width]  # noqa: E731
+        return Proposal(tokens=self.tokens[:, :width], q_ids=cut(self.q_ids), q_probs=cut(self.q_probs))
 
     def q_dense(self, row: int, vocab: int) -> torch.Tensor:
         """q of one chain row as ``[n, V]``."""

@@ -22,6 +22,8 @@ class SpecStats:
     num_accepted_tokens: int = 0
     accepted_per_position: list[int] = field(default_factory=list)
     acceptance_histogram: list[int] = field(default_factory=list)  # [a] = steps that accepted a drafts
+    # adaptive verification: draft tokens the drafter made (num_draft_tokens counts those sent to the target)
+    num_proposed_tokens: int = 0
 
     def record(self, drafted: int, accepted: int) -> None:
         self.num_drafts += 1
@@ -39,6 +41,7 @@ class SpecStats:
         self.num_drafts += other.num_drafts
         self.num_draft_tokens += other.num_draft_tokens
         self.num_accepted_tokens += other.num_accepted_tokens
+        self.num_proposed_tokens += other.num_proposed_tokens
         for name in ("accepted_per_position", "acceptance_histogram"):
             mine, theirs = getattr(self, name), getattr(other, name)
             if len(mine) < len(theirs):
@@ -61,6 +64,8 @@ class SpecStats:
             "num_drafts": self.num_drafts,
             "num_draft_tokens": self.num_draft_tokens,
             "num_accepted_tokens": self.num_accepted_tokens,
+            "num_verified_tokens": self.num_draft_tokens,  # draft tokens sent to the target (vLLM: draft tokens)
+            "num_proposed_tokens": self.num_proposed_tokens,
             "accepted_per_position": list(self.accepted_per_position),
             "acceptance_histogram": list(self.acceptance_histogram),
         }

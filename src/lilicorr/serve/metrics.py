@@ -39,6 +39,12 @@ class ServerMetrics:
         self.drafts = Counter("vllm:spec_decode_num_drafts", "Speculative drafts verified", m, registry=r)
         self.draft_tokens = Counter("vllm:spec_decode_num_draft_tokens", "Draft tokens proposed", m, registry=r)
         self.accepted = Counter("vllm:spec_decode_num_accepted_tokens", "Draft tokens accepted", m, registry=r)
+        self.proposed = Counter(
+            "lilicorr:spec_decode_num_proposed_tokens",
+            "Draft tokens the drafter made, verified or not (adaptive verification sends a prefix)",
+            m,
+            registry=r,
+        )
         self.accepted_pos = Counter(
             "vllm:spec_decode_num_accepted_tokens_per_pos",
             "Accepted draft tokens per draft position",
@@ -67,9 +73,14 @@ class ServerMetrics:
         self.drafts.labels(n).inc(total.num_drafts - self._seen.num_drafts)
         self.draft_tokens.labels(n).inc(total.num_draft_tokens - self._seen.num_draft_tokens)
         self.accepted.labels(n).inc(total.num_accepted_tokens - self._seen.num_accepted_tokens)
+        self.proposed.labels(n).inc(total.num_proposed_tokens - self._seen.num_proposed_tokens)
         for i, c in enumerate(total.accepted_per_position):
             prev = self._seen.accepted_per_position[i] if i < len(self._seen.accepted_per_position) else 0
             self.accepted_pos.labels(n, str(i)).inc(c - prev)
         self._seen = SpecStats(
-            total.num_drafts, total.num_draft_tokens, total.num_accepted_tokens, list(total.accepted_per_position)
+            total.num_drafts,
+            total.num_draft_tokens,
+            total.num_accepted_tokens,
+            list(total.accepted_per_position),
+            num_proposed_tokens=total.num_proposed_tokens,
         )

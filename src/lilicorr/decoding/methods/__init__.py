@@ -24,7 +24,14 @@ if TYPE_CHECKING:
     from lilicorr.target.runtime import TargetRuntime
 
 # vLLM's speculative-config keys that every method shares; methods add their own options.
-COMMON_KEYS = ("method", "model", "num_speculative_tokens", "draft_sample_method", "rejection_sample_method")
+COMMON_KEYS = (
+    "method",
+    "model",
+    "num_speculative_tokens",
+    "draft_sample_method",
+    "rejection_sample_method",
+    "enable_adaptive_verification",
+)
 
 
 @dataclass(frozen=True)
@@ -174,12 +181,16 @@ def parse_speculative_config(cfg: dict) -> SpecConfig:
     n = cfg.get("num_speculative_tokens")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise ValueError(f"'num_speculative_tokens' must be a positive integer, got {n!r}")
+    adaptive = cfg.get("enable_adaptive_verification", False)
+    if not isinstance(adaptive, bool):
+        raise ValueError(f"'enable_adaptive_verification' must be true or false, got {adaptive!r}")
     spec = SpecConfig(
         method=None if name == "dflash" else name,  # dflash: the folder decides (DFlash, LiLiCorr or an arm)
         num_speculative_tokens=n,
         draft_sample_method=cfg.get("draft_sample_method", "greedy"),
         rejection_sample_method=cfg.get("rejection_sample_method", "standard"),
         options=options,
+        enable_adaptive_verification=adaptive,
     )
     method.resolve_options(options)  # an option of another method → named error now
     return spec

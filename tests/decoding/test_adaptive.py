@@ -1,0 +1,107 @@
+"""Adaptive verification: the width rule, its calibration, and losslessness (greedy identity and the exact
+sampling distribution) while the verified prefix really varies."""
+
+import pytest
+import torch
+
+from lilicorr.decoding.adaptive import AdaptiveWidth, CostModel
+from lilicorr.decoding.engine import SpecConfig
+from lilicorr.decoding.methods import build_engine
+from lilicorr.decoding.request import Request
+from lilicorr.decoding.sampling import SamplingParams
+from tests.decoding.engine_helpers import random_draft
+from tests.decoding.test_engine_greedy import _greedy_no_cache, _prompts, _requests
+from tests.decoding.test_engine_sampling import ALPHA, PROMPT, SAMPLES, V, exact_distribution, p_value
+
+
+def test_width_follows_confidence_and_cost():
+    flat = AdaptiveWidth(4, CostModel(base=1.0, per_token=0.0))
+    assert flat.choose(torch.full((2, 4), 0.9)) == 4  # a free wider verify: take every draft
+    steep = AdaptiveWidth(4, CostModel(base=0.1, per_token=1.0))
+    assert steep.choose(torch.full((2, 4), 0.01)) == 0  # drafts that never pay: an AR step
+    mid = AdaptiveWidth(4, CostModel(base=1.0, per_token=0.2))
+    assert 0 < mid.choose(torch.tensor([[0.9, 0.8, 0.1, 0.1]])) < 4
+
+
+def test_calibration_tracks_realised_acceptance():
+    a = AdaptiveWidth(2, CostModel(base=1.0, per_token=0.0))
+    conf = torch.full((1, 2), 0.9)
+    for _ in range(50):
+        a.update(conf, [0], 2)  # the first draft is always rejected: position 2 is never reached
+    assert a.scale()[0] < 0.1 and float(a.scale()[1]) == 1.0
+    assert a.calibration()[0] == {"position": 1, "predicted": 45.0, "realised": 0.0}
+
+
+class RandomWidth(AdaptiveWidth):
+    """Widths 0…n drawn independently of the target: any such choice must stay lossless, and random draws
+    exercise every prefix length and the AR fallback (random drafters are too unsure for the real rule)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.g = torch.Generator().manual_seed(0)
+
+    def choose(self, conf: torch.Tensor) -> int:
+        return int(torch.randint(0, self.n + 1, (1,), generator=self.g))
+
+
+def _varying(engine):
+    engine.adaptive = RandomWidth(engine.n, engine.adaptive.cost)
+    return engine
+
+
+@pytest.mark.parametrize("method", ["dflash", "lilicorr"])
+def test_adaptive_greedy_identity(tiny_target, method):
+    prompts = _prompts(12)
+    ref = [_greedy_no_cache(tiny_target.model, p, 20) for p in prompts]
+    draft = random_draft(tiny_target, lilicorr=method == "lilicorr")
+    engine = build_engine(tiny_target, SpecConfig(method=method, enable_adaptive_verification=True), draft)
+    assert engine.adaptive is not None and engine.adaptive.cost.base > 0  # measured at start-up
+    _varying(engine)
+    reqs = _requests(prompts)
+    for i in range(0, len(reqs), 3):
+        engine.generate(reqs[i : i + 3])
+    assert [r.output_ids for r in reqs] == ref
+    st = engine.stats
+    assert 0 < st.num_draft_tokens < st.num_proposed_tokens  # some steps verified a shorter prefix
+
+
+def test_adaptive_sampling_matches_target(small_vocab_target):
+    draft = random_draft(small_vocab_target, lilicorr=True, block=4, k=4)
+    cfg = SpecConfig(num_speculative_tokens=3, draft_sample_method="probabilistic", enable_adaptive_verification=True)
+    engine = _varying(build_engine(small_vocab_target, cfg, draft))
+    counts = torch.zeros(V**3)
+    for chunk in range(0, SAMPLES, 1000):
+        reqs = [
+            Request(list(PROMPT), SamplingParams(max_tokens=3, seed=chunk + i, temperature=1.0), eos_ids=frozenset())
+            for i in range(1000)
+        ]
+        engine.generate(reqs)
+        for r in reqs:
+            a, b, c = r.output_ids[:3]
+            counts[a * V * V + b * V + c] += 1
+    assert p_value(counts, exact_distribution(small_vocab_target, SamplingParams(temperature=1.0))) > ALPHA
+    st = engine.stats
+    assert 0 < st.num_draft_tokens < st.num_proposed_tokens and st.num_accepted_tokens > 0
+
+
+def test_unsure_drafts_fall_back_to_ar_steps(tiny_target):
+    """The real rule with a random drafter (drafts never pay): mostly AR steps, pauses before drafting again,
+    and still the target's own tokens."""
+    prompts = _prompts(4)
+    ref = [_greedy_no_cache(tiny_target.model, p, 20) for p in prompts]
+    cfg = SpecConfig(method="dflash", enable_adaptive_verification=True)
+    engine = build_engine(tiny_target, cfg, random_draft(tiny_target, lilicorr=False))
+    engine.adaptive.cost = CostModel(base=0.01, per_token=1.0)  # a verify token costs 100 AR steps
+    reqs = engine.generate(_requests(prompts))
+    assert [r.output_ids for r in reqs] == ref
+    assert engine.stats.num_draft_tokens == 0 and engine.stats.num_proposed_tokens > 0
+
+
+def test_speculative_config_key():
+    from lilicorr.decoding.methods import parse_speculative_config
+
+    assert parse_speculative_config(
+        {"method": "ngram", "enable_adaptive_verification": True}
+    ).enable_adaptive_verification
+    with pytest.raises(ValueError, match="true or false"):
+        parse_speculative_config({"method": "ngram", "enable_adaptive_verification": "yes"})
