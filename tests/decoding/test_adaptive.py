@@ -25,11 +25,13 @@ def test_width_follows_confidence_and_cost():
 
 def test_calibration_tracks_realised_acceptance():
     a = AdaptiveWidth(2, CostModel(base=1.0, per_token=0.0))
-    conf = torch.full((1, 2), 0.9)
-    for _ in range(50):
-        a.update(conf, [0], 2)  # the first draft is always rejected: position 2 is never reached
-    assert a.scale()[0] < 0.1 and float(a.scale()[1]) == 1.0
-    assert a.calibration()[0] == {"position": 1, "predicted": 45.0, "realised": 0.0}
+    conf = torch.full((1, 2), 0.01)  # an unsure drafter whose first token is nevertheless always right
+    for _ in range(48):
+        a.update(conf, [1], 2)  # first accepted, second rejected
+    est = a.acceptance(conf)[0]
+    assert est[0] > 0.95 and est[1] < 0.05
+    assert a.calibration()[0] == {"position": 1, "reached": 48, "mean_probability": 0.01, "realised": 1.0}
+    assert a.acceptance(torch.tensor([[0.005, 0.01]]))[0, 0] < 0.5  # half as sure as usual: half the rate
 
 
 class RandomWidth(AdaptiveWidth):

@@ -55,26 +55,37 @@ class CostModel:
 
 @dataclass
 class AdaptiveWidth:
-    """Chooses the verify width and keeps the per-position calibration (predicted vs realised)."""
+    """Chooses the verify width and keeps the per-position calibration (predicted vs realised).
+
+    A weak drafter's probabilities are far below its real acceptance (flat softmax over a large
+    vocabulary), so they are not used as probabilities: per position the engine keeps the realised
+    acceptance rate over the steps that reached it (Laplace: starts at ½, optimistic, so every width
+    gets tried) and the drafter's mean probability there; a row's estimate is that rate scaled by how
+    sure the drafter is of this token relative to its mean, capped at 1."""
 
     n: int
     cost: CostModel
-    predicted: list[float] = field(default_factory=list)  # per position: Σ drafter probability
-    realised: list[float] = field(default_factory=list)  # per position: Σ accepted (given reached)
+    reached: list[float] = field(default_factory=list)  # per position: verify steps that reached it
+    predicted: list[float] = field(default_factory=list)  # per position: Σ drafter probability there
+    realised: list[float] = field(default_factory=list)  # per position: Σ accepted
 
     def __post_init__(self) -> None:
+        self.reached = self.reached or [0.0] * self.n
         self.predicted = self.predicted or [0.0] * self.n
         self.realised = self.realised or [0.0] * self.n
 
-    def scale(self) -> torch.Tensor:
-        """Per-position calibration factor (1 until a position has evidence; prior of 4 pseudo-steps)."""
-        pred, real = torch.tensor(self.predicted), torch.tensor(self.realised)
-        return (real + 4.0) / (pred + 4.0)
+    def acceptance(self, conf: torch.Tensor) -> torch.Tensor:
+        """``conf [batch, n]`` → calibrated conditional acceptance per row and position ``[batch, n]``."""
+        n = conf.shape[1]
+        reached = torch.tensor(self.reached[:n], dtype=torch.float64)
+        rate = (torch.tensor(self.realised[:n], dtype=torch.float64) + 1.0) / (reached + 2.0)  # [n]
+        mean_conf = torch.tensor(self.predicted[:n], dtype=torch.float64) / reached.clamp_min(1.0)
+        relative = torch.where(reached > 0, conf.double() / mean_conf.clamp_min(1e-9), torch.ones_like(conf.double()))
+        return (rate * relative).clamp(0, 1)
 
     def expected(self, conf: torch.Tensor) -> torch.Tensor:
-        """``conf [batch, n]`` → expected accepted tokens for each width 0…n: ``[batch, n + 1]``."""
-        a = (conf.double() * self.scale().double()[: conf.shape[1]]).clamp(0, 1)
-        reach = a.cumprod(1)  # [batch, n]: P(first j+1 drafts all accepted)
+        """Expected accepted tokens for each width 0…n: ``[batch, n + 1]``."""
+        reach = self.acceptance(conf).cumprod(1)  # [batch, n]: P(first j+1 drafts all accepted)
         return torch.cat([torch.zeros(conf.shape[0], 1, dtype=torch.float64), reach.cumsum(1)], 1)
 
     def choose(self, conf: torch.Tensor) -> int:
@@ -84,15 +95,21 @@ class AdaptiveWidth:
         return int(value.argmax())
 
     def update(self, conf: torch.Tensor, accepted: list[int], width: int) -> None:
-        """Positions each row's verify reached: predicted += drafter probability, realised += accepted."""
+        """Positions each row's verify reached: reached += 1, predicted += probability, realised += accepted."""
         for row, a in enumerate(accepted):
             for j in range(min(width, a + 1)):  # position j was reached (all before it accepted)
+                self.reached[j] += 1.0
                 self.predicted[j] += float(conf[row, j])
                 self.realised[j] += 1.0 if j < a else 0.0
 
     def calibration(self) -> list[dict]:
-        """Predicted vs realised acceptance per position (over the steps that reached it)."""
+        """Per position: steps that reached it, the drafter's mean probability there, realised acceptance."""
         return [
-            {"position": j + 1, "predicted": round(p, 2), "realised": round(r, 2)}
-            for j, (p, r) in enumerate(zip(self.predicted, self.realised, strict=True))
+            {
+                "position": j + 1,
+                "reached": int(r),
+                "mean_probability": round(p / r, 4) if r else None,
+                "realised": round(a / r, 4) if r else None,
+            }
+            for j, (r, p, a) in enumerate(zip(self.reached, self.predicted, self.realised, strict=True))
         ]
