@@ -29,7 +29,7 @@ for d in models/smollm2-lilicorr-conv models/smollm2-dflash-head models/arms/smo
   [ -f $d/config.json ] && DRAFTS+=($d)
 done
 D=smollm2-dflash; LL=smollm2-lilicorr; C=smollm2-lilicorr-conv; H=smollm2-dflash-head
-ARMS=(ar ngram $D $D:ddtree $D:prob $LL $LL:top1 $LL:oracle $LL:prob $LL:tree $LL:ddtree $C $C:top1 $C:oracle $C:prob
+ARMS=(ar ngram $D $D:ddtree $D:prob $D:adaptive $LL $LL:top1 $LL:oracle $LL:prob $LL:tree $LL:ddtree $LL:adaptive $C $C:top1 $C:oracle $C:prob
   $C:tree $C:ddtree $H $H:oracle $H:prob smollm2-dflash2:dflash2 smollm2-dspark:dspark smollm2-domino:domino
   $D-int8 $D-nvfp4 $LL-int8 $LL-nvfp4 ${EXTRA_ARMS:-})
 ONLY=()

@@ -24,6 +24,7 @@ class Arm:
     num_speculative_tokens: int | None = None
     draft_sample_method: str = "greedy"
     rejection_sample_method: str = "standard"
+    enable_adaptive_verification: bool = False
 
 
 def default_arms(drafts: list[str]) -> list[Arm]:
@@ -40,6 +41,7 @@ def default_arms(drafts: list[str]) -> list[Arm]:
             arms.append(Arm(f"{label}:top1", "dflash", d))  # same backbone, per-slot argmax: isolates the walk
             arms.append(Arm(f"{label}:oracle", "oracle", d))
             arms.append(Arm(f"{label}:prob", "lilicorr", d, draft_sample_method="probabilistic"))
+            arms.append(Arm(f"{label}:adaptive", "lilicorr", d, enable_adaptive_verification=True))
             # trees at equal node budget on this one backbone: the head's conditionals vs the marginals
             arms.append(Arm(f"{label}:tree", "lilicorr-tree", d))
             arms.append(Arm(f"{label}:ddtree", "ddtree", d))
@@ -47,6 +49,7 @@ def default_arms(drafts: list[str]) -> list[Arm]:
             arms.append(Arm(f"{label}", "dflash", d))
             arms.append(Arm(f"{label}:ddtree", "ddtree", d))  # training-free tree over the same marginals
             arms.append(Arm(f"{label}:prob", "dflash", d, draft_sample_method="probabilistic"))
+            arms.append(Arm(f"{label}:adaptive", "dflash", d, enable_adaptive_verification=True))
         kind = arm_kind(Path(d))
         if kind is not None:  # a comparison arm trained on this backbone
             arms.append(Arm(f"{label}:{kind}", kind, d))
@@ -72,6 +75,7 @@ def arm_engine(target: TargetRuntime, arm: Arm, drafts: dict, references: dict |
         num_speculative_tokens=arm.num_speculative_tokens,
         draft_sample_method=arm.draft_sample_method,
         rejection_sample_method=arm.rejection_sample_method,
+        enable_adaptive_verification=arm.enable_adaptive_verification,
     )
     extras = {"references": references or {}}
     return build_engine(target, spec, drafts.get(arm.draft), arm.draft, extras=extras)
