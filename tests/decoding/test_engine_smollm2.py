@@ -1,4 +1,5 @@
-"""Losslessness of the shipped SmolLM2 drafters on the real default target, under its chat template."""
+"""Losslessness of the shipped SmolLM2 drafters (DFlash, LiLiCorr, LiLiCorr + DFlash2 convolution) on the real
+default target, under its chat template."""
 
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from lilicorr.target.runtime import TargetRuntime
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "models" / "smollm2-135m-instruct"  # built by `make target` (make test depends on it)
-DRAFTS = [ROOT / "models" / n for n in ("smollm2-dflash", "smollm2-lilicorr")]
+DRAFTS = [ROOT / "models" / n for n in ("smollm2-dflash", "smollm2-lilicorr", "smollm2-lilicorr-conv")]
 # Four MT-Bench turn-1 questions (writing, coding, stem, math), as `lilicorr data prompts mt-bench` writes them.
 MT_BENCH = [
     "Compose an engaging travel blog post about a recent trip to Hawaii, highlighting cultural experiences and "
