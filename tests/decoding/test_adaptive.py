@@ -21,6 +21,7 @@ def test_width_follows_confidence_and_cost():
     assert steep.choose(torch.full((2, 4), 0.01)) == 0  # drafts that never pay: an AR step
     mid = AdaptiveWidth(4, CostModel(base=1.0, per_token=0.2))
     assert 0 < mid.choose(torch.tensor([[0.9, 0.8, 0.1, 0.1]])) < 4
+    assert mid.choose(torch.tensor([[0.9, 0.8, 0.1, 0.1]]), draft_cost=5.0) == 0  # the drafter itself does not pay
 
 
 def test_calibration_tracks_realised_acceptance():
@@ -42,7 +43,7 @@ class RandomWidth(AdaptiveWidth):
         super().__post_init__()
         self.g = torch.Generator().manual_seed(0)
 
-    def choose(self, conf: torch.Tensor) -> int:
+    def choose(self, conf: torch.Tensor, draft_cost: float = 0.0) -> int:
         return int(torch.randint(0, self.n + 1, (1,), generator=self.g))
 
 

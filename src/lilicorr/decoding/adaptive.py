@@ -3,10 +3,12 @@ the target only the prefix whose expected accepted tokens pay for its verify cos
 
 Per step and batch, the width ``W`` (0…n drafted tokens per row) maximises
 
-    Σ_rows (1 + E_row[accepted | W]) / cost(batch, W + 1),      E[accepted | W] = Σ_{j≤W} Π_{m≤j} a_m,
+    Σ_rows (1 + E_row[accepted | W]) / (cost(batch, W + 1) + [W ≥ 1] · draft),
+    E[accepted | W] = Σ_{j≤W} Π_{m≤j} a_m,
 
-where ``a_m`` is the drafter's own probability of its m-th token, calibrated online per position
-(realised / predicted acceptance over the steps so far), and ``cost`` is the target's measured verify
+where ``a_m`` is the acceptance of the m-th draft estimated from the drafter's own probability of it,
+calibrated online per position (realised acceptance rate, see ``AdaptiveWidth``), ``draft`` the drafter's
+measured time per step, and ``cost`` the target's measured verify
 time for that batch size and width (``CostModel``, measured once when the engine starts). W = 0 is a
 plain AR step: at high concurrency, when a wider verify costs more than the drafts return, the
 engine falls back towards AR instead of losing to it. Lossless: W depends only on the drafter's
@@ -88,10 +90,13 @@ class AdaptiveWidth:
         reach = self.acceptance(conf).cumprod(1)  # [batch, n]: P(first j+1 drafts all accepted)
         return torch.cat([torch.zeros(conf.shape[0], 1, dtype=torch.float64), reach.cumsum(1)], 1)
 
-    def choose(self, conf: torch.Tensor) -> int:
+    def choose(self, conf: torch.Tensor, draft_cost: float = 0.0) -> int:
+        """The width with the most tokens per second; a drafting step also pays ``draft_cost`` (seconds, the
+        drafter's measured time per step), so W = 0 — an AR step, after which the engine pauses drafting —
+        wins whenever the drafts do not pay for the drafter too."""
         b, n = conf.shape
         gain = (1.0 + self.expected(conf)).sum(0)  # [n + 1]: tokens per step over the batch, per width
-        value = torch.stack([gain[w] / self.cost(b, w + 1) for w in range(n + 1)])
+        value = torch.stack([gain[w] / (self.cost(b, w + 1) + (draft_cost if w else 0.0)) for w in range(n + 1)])
         return int(value.argmax())
 
     def update(self, conf: torch.Tensor, accepted: list[int], width: int) -> None:

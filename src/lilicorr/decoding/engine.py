@@ -13,6 +13,7 @@ each row with its own length, acceptance and sampling settings. Invariants per r
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -77,6 +78,7 @@ class SpecEngine:
             self.n = int(getattr(self.proposer, "n", 0))
         self.adaptive: AdaptiveWidth | None = None
         self._skip = self._backoff = 0  # adaptive: AR steps left before drafting again, and the next pause
+        self._draft_cost: float | None = None  # adaptive: seconds the drafter takes per step (running mean)
         if config.enable_adaptive_verification and self.proposer.needs_draft and self.n:
             self.adaptive = AdaptiveWidth(self.n, CostModel.measure(target, self.n + 1))
         self.decode = target.tokenizer.decode
@@ -175,11 +177,15 @@ class SpecEngine:
         start = self.tstate.lengths.clone()  # [batch]: position of each pending token
         pending = torch.tensor([s.pending for s in self.seqs])
         temps = torch.tensor([s.request.params.temperature for s in self.seqs])
+        t_draft = time.perf_counter()
         proposal = self._propose(pending, start, temps) if n and not self._pause() else None
         conf, width = None, None
         if self.adaptive is not None and proposal is not None and not proposal.is_tree:
             with self.timer.stage("other"):
-                conf, width = proposal.confidence, self.adaptive.choose(proposal.confidence)
+                spent = time.perf_counter() - t_draft  # this step's drafting time, running mean over steps
+                self._draft_cost = spent if self._draft_cost is None else 0.8 * self._draft_cost + 0.2 * spent
+                conf = proposal.confidence
+                width = self.adaptive.choose(conf, self._draft_cost)
                 self.stats.num_proposed_tokens += proposal.tokens.numel()
                 proposal = self._adapt(proposal, width)
         with self.timer.stage("target_verify"):
