@@ -70,12 +70,6 @@ def with_draft_lengths(arms: list[Arm], lengths: list[int]) -> list[Arm]:
 
 def arm_engine(target: TargetRuntime, arm: Arm, drafts: dict, references: dict | None) -> SpecEngine:
     """The engine of one arm, through the methods registry (the oracle gets the greedy references)."""
-    spec = SpecConfig(
-        method=arm.method,
-        num_speculative_tokens=arm.num_speculative_tokens,
-        draft_sample_method=arm.draft_sample_method,
-        rejection_sample_method=arm.rejection_sample_method,
-        enable_adaptive_verification=arm.enable_adaptive_verification,
-    )
+    spec = SpecConfig.from_attrs(arm)  # the arm's fields carry vLLM's option names
     extras = {"references": references or {}}
     return build_engine(target, spec, drafts.get(arm.draft), arm.draft, extras=extras)

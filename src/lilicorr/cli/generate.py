@@ -131,14 +131,7 @@ def run_generate(args: argparse.Namespace) -> int:
         dtype = resolve_dtype(args.dtype)
         target = TargetRuntime.load(args.target, dtype=dtype, device=args.device)
         draft = load_draft(args.draft, target.model.config, dtype=dtype) if args.draft else None
-        spec = SpecConfig(
-            method=args.method,
-            num_speculative_tokens=args.num_speculative_tokens,
-            draft_sample_method=args.draft_sample_method,
-            rejection_sample_method=args.rejection_sample_method,
-            options=method_options(args),
-            enable_adaptive_verification=args.enable_adaptive_verification,
-        )
+        spec = SpecConfig.from_attrs(args, options=method_options(args))
         engine = build_engine(target, spec, draft, args.draft)
         ar_engine = SpecEngine(target) if args.compare_ar else None
     except (TargetError, CheckpointError, ValueError) as e:

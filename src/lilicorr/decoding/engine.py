@@ -14,7 +14,7 @@ each row with its own length, acceptance and sampling settings. Invariants per r
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -40,6 +40,12 @@ class SpecConfig:
     rejection_sample_method: str = "standard"
     options: dict[str, int] = field(default_factory=dict)  # e.g. prompt_lookup_max, tree_budget
     enable_adaptive_verification: bool = False  # verify only the prefix that pays (decoding/adaptive.py)
+
+    @classmethod
+    def from_attrs(cls, source, **overrides) -> SpecConfig:
+        """A config from any object with attributes of these names (parsed CLI options, a bench arm)."""
+        names = [f.name for f in fields(cls) if f.name not in overrides and hasattr(source, f.name)]
+        return cls(**{n: getattr(source, n) for n in names}, **overrides)
 
 
 @dataclass
