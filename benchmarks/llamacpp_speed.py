@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,6 +20,7 @@ import torch
 from lilicorr.bench.llamacpp import LlamaServer, pooled
 from lilicorr.bench.runner import environment
 from lilicorr.checkpoint import load_draft
+from lilicorr.cli.main import main as cli
 from lilicorr.data.chat import row_ids
 from lilicorr.data.prompt_sets import load_set
 from lilicorr.decoding.engine import SpecConfig
@@ -60,10 +59,10 @@ def main() -> int:
     gguf = Path("build/gguf")
     gguf.mkdir(parents=True, exist_ok=True)
     table = []
-    for d in (SHIPPED_DFLASH, SHIPPED_DRAFT):
+    for d in (SHIPPED_DFLASH, SHIPPED_DRAFT):  # `lilicorr export --format gguf`, in process
         out = gguf / (Path(d).name + ".gguf")
-        cmd = [sys.executable, "-m", "lilicorr.cli.main", "export", "--format", "gguf", d]
-        subprocess.run([*cmd, "--target", SHIPPED_TARGET, "--out", str(out)], check=True, capture_output=True)
+        if cli(["export", "--format", "gguf", d, "--target", SHIPPED_TARGET, "--out", str(out)]) != 0:
+            raise SystemExit(f"export of {d} failed")
     llama_ar = None
     for name, draft in [("llama.cpp AR", None)] + [
         (f"llama.cpp + {Path(d).name} (DFlash drafting)", gguf / (Path(d).name + ".gguf"))

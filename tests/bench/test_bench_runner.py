@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from lilicorr.bench.runner import Arm, default_arms, run_bench, with_draft_lengths
+from lilicorr.bench.arms import Arm, default_arms, with_draft_lengths
+from lilicorr.bench.runner import run_bench
 from tests.decoding.engine_helpers import save_random_draft
 
 
@@ -100,7 +101,7 @@ def test_sweep_skips_oracle_and_probabilistic_arms(tiny_target_dir, drafts):
 
 
 def test_hf_generate_baseline_matches_engine_ar(tiny_target):
-    from lilicorr.bench.runner import Arm, hf_generate_baseline, run_arm
+    from lilicorr.bench.runner import hf_generate_baseline, run_arm
 
     prompts = [{"id": "a", "prompt": "def f(x):"}, {"id": "b", "messages": [{"role": "user", "content": "hi"}]}]
     hf = hf_generate_baseline(tiny_target, prompts, 12)

@@ -257,7 +257,7 @@ def test_bench_quick_and_draft_card(tiny_target_dir, regen_data, tmp_path):
 
 @pytest.mark.parametrize("mode", ["dflash2", "dspark", "domino"])
 def test_comparison_arm_training(tiny_target_dir, regen_data, tmp_path, mode):
-    from lilicorr.bench.runner import default_arms
+    from lilicorr.bench.arms import default_arms
     from lilicorr.checkpoint import load_draft
     from lilicorr.models.arms import load_arm
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from lilicorr.bench.arms import Arm, arm_engine, default_arms, with_draft_lengths  # noqa: F401 (re-exported)
+from lilicorr.bench.arms import Arm, arm_engine, default_arms
 from lilicorr.checkpoint import load_draft
 from lilicorr.data.atomic import atomic_write_text
 from lilicorr.data.chat import row_ids

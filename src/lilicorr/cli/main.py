@@ -256,7 +256,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             from lilicorr.data.prompts import long_prompts
 
             prompts += long_prompts(corpus, tok, args.long_prompts, prompt_tokens=args.long_tokens)
-    from lilicorr.bench.runner import default_arms, with_draft_lengths
+    from lilicorr.bench.arms import default_arms, with_draft_lengths
 
     if args.draft is None and args.target == SHIPPED_TARGET:  # a bare `lilicorr bench`: the shipped pair
         args.draft = [d for d in (SHIPPED_DFLASH, SHIPPED_DRAFT) if (Path(d) / "config.json").exists()]

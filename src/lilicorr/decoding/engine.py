@@ -81,7 +81,7 @@ class SpecEngine:
             check_num_speculative_tokens(draft.cfg, n)
             self.n = n
         else:  # a model-free proposer (ar: 0 tokens; ngram: its own count)
-            self.n = int(getattr(self.proposer, "n", 0))
+            self.n = self.proposer.n
         self.adaptive: AdaptiveWidth | None = None
         self._skip = self._backoff = 0  # adaptive: AR steps left before drafting again, and the next pause
         self._draft_cost: float | None = None  # adaptive: seconds the drafter takes per step (running mean)
@@ -287,8 +287,9 @@ class SpecEngine:
         proposal = self.proposer.propose(d, temps, uniforms, self.timer)
         if self.adaptive is not None and not proposal.is_tree:  # the drafter's own probability of each token
             with self.timer.stage("other"):
-                probs = torch.softmax(d.logits.float(), -1)  # [batch, n, V]
-                proposal.confidence = probs.gather(-1, proposal.tokens[..., None]).squeeze(-1)
+                logits = d.logits.float()  # [batch, n, V]
+                chosen = logits.gather(-1, proposal.tokens[..., None]).squeeze(-1)
+                proposal.confidence = (chosen - logits.logsumexp(-1)).exp()  # [batch, n]
         return proposal
 
     def _draft(self, pending: torch.Tensor, start: torch.Tensor) -> DraftOutput:

@@ -50,8 +50,9 @@ class Proposal:
     def prefix(self, width: int) -> Proposal:
         """The first ``width`` tokens of a chain (a shorter draft: q is per token, so it stays exact)."""
         assert not self.is_tree, "a tree has no prefix"
-        cut = lambda x: None if x is None else x[:, :width]  # noqa: E731
-        return Proposal(tokens=self.tokens[:, :width], q_ids=cut(self.q_ids), q_probs=cut(self.q_probs))
+        q_ids = None if self.q_ids is None else self.q_ids[:, :width]
+        q_probs = None if self.q_probs is None else self.q_probs[:, :width]
+        return Proposal(tokens=self.tokens[:, :width], q_ids=q_ids, q_probs=q_probs)
 
     def q_dense(self, row: int, vocab: int) -> torch.Tensor:
         """q of one chain row as ``[n, V]``."""

@@ -85,7 +85,13 @@ def write_draft_card(
         "",
         f"`{cfg['architectures'][0]}` drafter for `{tc['target']}`, trained by `lilicorr train draft --mode "
         f"{tc['mode']}`. Loads unchanged in vLLM (≥ 0.32) and SGLang (0.5.23): Scheme A tensor names, "
-        "bf16 safetensors.",
+        "bf16 safetensors."
+        + (
+            " Its DFlash2 convolution follows the reference config keys; serving it in vLLM is not part of "
+            "`make compat`."
+            if dfc.get("conv_kernel_size")
+            else ""
+        ),
         "",
         "## Geometry",
         "",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import shlex
+import types
 import typing
 from typing import Any
 
@@ -19,10 +20,20 @@ def option(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | No
     always written into a recorded command, ``invert``: a bool whose flag sets it False, ``skip``: not an
     option, e.g. derived)."""
     meta = {"help": help, "flag": flag, **extra}
-    if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):
-        factory = default if callable(default) else (lambda d=default: d)
-        return dataclasses.field(default_factory=factory, metadata=meta)
+    if isinstance(default, type) and dataclasses.is_dataclass(default):  # a nested options dataclass
+        return dataclasses.field(default_factory=default, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def _required(f: dataclasses.Field) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def _default(f: dataclasses.Field) -> Any:
+    """The field's default (None for a required field)."""
+    if _required(f):
+        return None
+    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
 
 
 def _flag(f: dataclasses.Field) -> str:
@@ -47,7 +58,7 @@ def _fields(cls) -> list[tuple[dataclasses.Field, Any, str | None]]:
 def _base(t) -> type:
     """``int | None`` → int; ``list[int] | None`` → list."""
     args = [a for a in typing.get_args(t) if a is not type(None)]
-    if typing.get_origin(t) in (typing.Union, getattr(__import__("types"), "UnionType", None)) and len(args) == 1:
+    if typing.get_origin(t) in (typing.Union, types.UnionType) and len(args) == 1:
         t = args[0]
     return typing.get_origin(t) or t
 
@@ -65,8 +76,7 @@ def add_options(parser: argparse.ArgumentParser, cls, skip: tuple[str, ...] = ()
         if f.name in skip:
             continue
         base, help_ = _base(t), f.metadata.get("help", "")
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        default = None if required else (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+        required, default = _required(f), _default(f)
         kw: dict[str, Any] = {"dest": f.name, "help": help_}
         if base is bool:
             kw["action"] = "store_false" if f.metadata.get("invert") else "store_true"
@@ -111,8 +121,7 @@ def command_line(prog: str, cls, config: dict) -> str:
     ``always`` and every option whose value differs from its default."""
     parts = [prog]
     for f, _t, parent in _fields(cls):
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        default = None if required else (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+        required, default = _required(f), _default(f)
         # a config recorded before an option existed has that option's default
         value = (config.get(parent) or {}).get(f.name, default) if parent else config.get(f.name, default)
         if isinstance(value, bool):
