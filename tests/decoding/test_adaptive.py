@@ -28,7 +28,7 @@ def test_calibration_tracks_realised_acceptance():
     a = AdaptiveWidth(2, CostModel(base=1.0, per_token=0.0))
     conf = torch.full((1, 2), 0.01)  # an unsure drafter whose first token is nevertheless always right
     for _ in range(48):
-        a.update(conf, [1], 2)  # first accepted, second rejected
+        a.update(conf, [[0, 1]], 2)  # first accepted, second rejected
     est = a.acceptance(conf)[0]
     assert est[0] > 0.95 and est[1] < 0.05
     assert a.calibration()[0] == {"position": 1, "reached": 48, "mean_probability": 0.01, "realised": 1.0}
@@ -48,7 +48,7 @@ class RandomWidth(AdaptiveWidth):
 
 
 def _varying(engine):
-    engine.adaptive = RandomWidth(engine.n, engine.adaptive.cost)
+    engine.adaptive = RandomWidth(engine.adaptive.n, engine.adaptive.cost, tree=engine.adaptive.tree)
     return engine
 
 
@@ -108,3 +108,89 @@ def test_speculative_config_key():
     ).enable_adaptive_verification
     with pytest.raises(ValueError, match="true or false"):
         parse_speculative_config({"method": "ngram", "enable_adaptive_verification": "yes"})
+
+
+def test_cost_model_interpolates_the_measured_curve():
+    cost = CostModel(base=0.0, per_token=0.0, points=((1.0, 1.0), (8.0, 1.0), (16.0, 3.0)))
+    assert cost(1, 1) == 1.0 and cost(1, 4) == 1.0  # flat up to 8 tokens
+    assert cost(1, 12) == pytest.approx(2.0) and cost(2, 8) == pytest.approx(3.0)
+    assert cost(1, 24) == pytest.approx(5.0)  # beyond the last point: the last segment's slope
+
+
+def test_cost_model_measured_on_a_target(tiny_target):
+    cost = CostModel.measure(tiny_target, 9, batches=(1, 2), reps=1)
+    xs = [p[0] for p in cost.points]
+    assert xs == sorted(xs) and {1.0, 9.0, 18.0} <= set(xs)
+    assert all(b[1] >= a[1] for a, b in zip(cost.points, cost.points[1:]))  # a cost curve never falls
+    assert cost(1, 1) > 0
+
+
+def test_tree_widths_sum_node_probabilities():
+    """A tree's expected accepted length is the sum over its nodes of P(node on the accepted path)."""
+    tree = AdaptiveWidth(3, CostModel(base=1.0, per_token=0.0), tree=True)
+    chain = AdaptiveWidth(3, CostModel(base=1.0, per_token=0.0))
+    conf = torch.full((1, 3), 0.5)
+    for a in (tree, chain):  # calibrate both to "as sure as usual"
+        a.update(conf, [[0, 1, 2, 3]], 3)
+    zero = torch.zeros(1, 1, dtype=torch.float64)
+    torch.testing.assert_close(tree.expected(conf), torch.cat([zero, tree.acceptance(conf).cumsum(1)], 1))
+    assert float(tree.expected(conf)[0, -1]) > float(chain.expected(conf)[0, -1])  # siblings add, not multiply
+    # a tree's node is reached whenever it is verified; realised only on the accepted path
+    t = AdaptiveWidth(4, CostModel(base=1.0, per_token=0.0), tree=True)
+    t.update(torch.full((1, 4), 0.1), [[0, 2]], 4)  # node 2 (position 2) accepted, nodes 1, 3, 4 not
+    assert t.reached == [1.0] * 4 and t.realised == [0.0, 1.0, 0.0, 0.0]
+    assert t.calibration()[1]["rank"] == 2
+
+
+@pytest.mark.parametrize("method", ["ddtree", "lilicorr-tree"])
+def test_adaptive_tree_greedy_identity(tiny_target, method):
+    prompts = _prompts(12)
+    ref = [_greedy_no_cache(tiny_target.model, p, 20) for p in prompts]
+    draft = random_draft(tiny_target, lilicorr=method == "lilicorr-tree")
+    cfg = SpecConfig(method=method, options={"tree_budget": 9}, enable_adaptive_verification=True)
+    engine = _varying(build_engine(tiny_target, cfg, draft))
+    assert engine.adaptive.tree and engine.adaptive.n == 8
+    reqs = _requests(prompts)
+    for i in range(0, len(reqs), 3):
+        engine.generate(reqs[i : i + 3])
+    assert [r.output_ids for r in reqs] == ref
+    st = engine.stats
+    assert 0 < st.num_draft_tokens < st.num_proposed_tokens  # some steps verified a smaller tree
+
+
+def test_adaptive_tree_sampling_matches_target(small_vocab_target):
+    draft = random_draft(small_vocab_target, lilicorr=True, block=4, k=4)
+    cfg = SpecConfig(method="lilicorr-tree", options={"tree_budget": 7}, enable_adaptive_verification=True)
+    engine = _varying(build_engine(small_vocab_target, cfg, draft))
+    counts = torch.zeros(V**3)
+    for chunk in range(0, SAMPLES, 1000):
+        reqs = [
+            Request(list(PROMPT), SamplingParams(max_tokens=3, seed=chunk + i, temperature=1.0), eos_ids=frozenset())
+            for i in range(1000)
+        ]
+        engine.generate(reqs)
+        for r in reqs:
+            a, b, c = r.output_ids[:3]
+            counts[a * V * V + b * V + c] += 1
+    assert p_value(counts, exact_distribution(small_vocab_target, SamplingParams(temperature=1.0))) > ALPHA
+    st = engine.stats
+    assert 0 < st.num_draft_tokens < st.num_proposed_tokens and st.num_accepted_tokens > 0
+
+
+def test_auto_tree_budget(tiny_target):
+    """``tree_budget: auto`` (the default) prunes each tree by the measured cost curve, without the flag."""
+    from lilicorr.decoding.methods import get_method, parse_speculative_config
+    from lilicorr.decoding.methods.ddtree import AUTO_TREE_CAP
+
+    assert get_method("ddtree").resolve_options({})["tree_budget"] == "auto"
+    assert parse_speculative_config({"method": "ddtree", "model": "x", "tree_budget": "auto"}).options == {
+        "tree_budget": "auto"
+    }
+    with pytest.raises(ValueError, match="positive integer or 'auto'"):
+        parse_speculative_config({"method": "ddtree", "model": "x", "tree_budget": "big"})
+    engine = build_engine(tiny_target, SpecConfig(method="ddtree"), random_draft(tiny_target, lilicorr=False))
+    assert engine.adaptive is not None and engine.adaptive.tree and engine.adaptive.n == AUTO_TREE_CAP - 1
+    fixed = build_engine(
+        tiny_target, SpecConfig(method="ddtree", options={"tree_budget": 8}), random_draft(tiny_target, lilicorr=False)
+    )
+    assert fixed.adaptive is None

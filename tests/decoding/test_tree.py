@@ -61,16 +61,43 @@ def test_lattice_tree_follows_the_heads_conditionals():
     from lilicorr.models.head import HeadScores
 
     ids = torch.tensor([[[10, 11], [20, 21]]])  # [1, n=2, K=2]
+    flat = torch.zeros(1, 2, 2)  # equal drafter marginals: the head alone orders the tree
     start = torch.log(torch.tensor([[0.6, 0.4]]))
     # after cand 0 (token 10) the head prefers cand 1 (21); after cand 1 (token 11) cand 0 (20)
     pair = torch.log(torch.tensor([[[[0.1, 0.9], [0.8, 0.2]]]]))
-    tree = build_lattice_tree(ids, HeadScores(start=start, pair=pair), torch.tensor([7]), budget=4)
+    tree = build_lattice_tree(ids, flat, HeadScores(start=start, pair=pair), torch.tensor([7]), budget=4)
     # scores: 10 (.6), 10→21 (.54), 11 (.4), 11→20 (.32), 10→20 (.06): best three after the root
     assert tree.tokens[0].tolist() == [7, 10, 21, 11]
     assert tree.parents[0].tolist() == [-1, 0, 1, 0]
+    torch.testing.assert_close(tree.score[0].exp(), torch.tensor([1.0, 0.6, 0.54, 0.4]))
     # with independent marginals (DDTree) the second level would prefer the same token for both parents
-    tree5 = build_lattice_tree(ids, HeadScores(start=start, pair=pair), torch.tensor([7]), budget=5)
+    tree5 = build_lattice_tree(ids, flat, HeadScores(start=start, pair=pair), torch.tensor([7]), budget=5)
     assert tree5.tokens[0].tolist() == [7, 10, 21, 11, 20] and tree5.parents[0].tolist() == [-1, 0, 1, 0, 3]
+
+
+def test_lattice_tree_weighs_the_head_by_the_drafters_marginals():
+    """A path's score is the drafter's log-probs plus the head's conditional log-probs."""
+    from lilicorr.decoding.tree import build_lattice_tree
+    from lilicorr.models.head import HeadScores
+
+    ids = torch.tensor([[[10, 11], [20, 21]]])
+    start = torch.log(torch.tensor([[0.6, 0.4]]))
+    pair = torch.log(torch.tensor([[[[0.1, 0.9], [0.8, 0.2]]]]))
+    lp = torch.log(torch.tensor([[[0.2, 0.8], [0.5, 0.5]]]))  # the drafter is sure of 11 at slot 1
+    tree = build_lattice_tree(ids, lp, HeadScores(start=start, pair=pair), torch.tensor([7]), budget=3)
+    # 11: .4 × .8 = .32 beats 10: .6 × .2 = .12; then 11→20: .32 × .8 × .5 = .128 beats 10 (.12)
+    assert tree.tokens[0].tolist() == [7, 11, 20] and tree.parents[0].tolist() == [-1, 0, 1]
+    torch.testing.assert_close(tree.score[0].exp(), torch.tensor([1.0, 0.32, 0.128]))
+
+
+def test_tree_prefix_is_a_tree():
+    tree = build_tree(torch.randn(2, 3, 50), torch.tensor([7, 8]), budget=9, topk=3)
+    prop = tree_proposal(tree)
+    assert (tree.score[:, 1:].diff(dim=1) <= 1e-6).all()  # best-first: scores never rise
+    small = prop.prefix(4)
+    assert small.is_tree and small.tokens.shape == (2, 4)
+    assert (small.parents <= torch.arange(4)).all()  # every parent is the pending token or an earlier node
+    assert torch.equal(small.ancestors(), prop.ancestors()[:, :5, :5])
 
 
 @pytest.mark.parametrize("batch", [1, 4])

@@ -50,10 +50,10 @@ def add_method_args(p: argparse.ArgumentParser) -> None:
                 seen.add(o.key)
                 users = ", ".join(x for x in method_names() if o in METHODS[x].options)
                 flag = "--" + o.key.replace("_", "-")
-                p.add_argument(flag, type=int, default=None, help=f"{users}: {o.help} (default {o.default})")
+                p.add_argument(flag, type=o.parse, default=None, help=f"{users}: {o.help} (default {o.default})")
 
 
-def method_options(args: argparse.Namespace) -> dict[str, int]:
+def method_options(args: argparse.Namespace) -> dict[str, int | str]:
     """The method options given on the command line (the method checks that they are its own)."""
     from lilicorr.decoding.methods import option_keys
 

@@ -1,23 +1,26 @@
-"""Adaptive verification (vLLM's ``enable_adaptive_verification``): draft the whole block, but send to
-the target only the prefix whose expected accepted tokens pay for its verify cost.
+"""Adaptive verification (vLLM's ``enable_adaptive_verification``): draft the whole block (or tree), but
+send to the target only the prefix whose expected accepted tokens pay for its verify cost.
 
-Per step and batch, the width ``W`` (0…n drafted tokens per row) maximises
+Per step and batch, the width ``W`` (0…n drafted tokens, or best-first tree nodes, per row) maximises
 
     Σ_rows (1 + E_row[accepted | W]) / (cost(batch, W + 1) + [W ≥ 1] · draft),
-    E[accepted | W] = Σ_{j≤W} Π_{m≤j} a_m,
+    chain: E[accepted | W] = Σ_{j≤W} Π_{m≤j} a_m      (a_m: acceptance of draft m given the ones before)
+    tree:  E[accepted | W] = Σ_{j≤W} r_j              (r_j: probability that node j is on the accepted path)
 
-where ``a_m`` is the acceptance of the m-th draft estimated from the drafter's own probability of it,
-calibrated online per position (realised acceptance rate, see ``AdaptiveWidth``), ``draft`` the drafter's
-measured time per step, and ``cost`` the target's measured verify
-time for that batch size and width (``CostModel``, measured once when the engine starts). W = 0 is a
-plain AR step: at high concurrency, when a wider verify costs more than the drafts return, the
-engine falls back towards AR instead of losing to it. Lossless: W depends only on the drafter's
-outputs and on past outcomes, never on the target's current logits, so verifying a prefix is just a
-shorter draft.
+— the accepted path of a tree is unique, so its expected length is the sum over nodes of the probability
+of being on it; a best-first order puts parents before children, so every prefix is a tree. ``a_m`` and
+``r_j`` are estimated from the proposer's own confidence (the drafter's probability of a chain token, a
+node's path score), calibrated online per position or rank (realised rate, see ``AdaptiveWidth``);
+``draft`` is the drafter's measured time per step and ``cost`` the target's measured verify time for that
+batch size and width (``CostModel``, measured once when the engine starts). W = 0 is a plain AR step: at
+high concurrency, when a wider verify costs more than the drafts return, the engine falls back towards AR
+instead of losing to it. Lossless: W depends only on the drafter's outputs and on past outcomes, never on
+the target's current logits, so verifying a prefix is just a shorter draft (or a smaller tree).
 """
 
 from __future__ import annotations
 
+import bisect
 import time
 from dataclasses import dataclass, field
 
@@ -26,33 +29,55 @@ import torch
 
 @dataclass
 class CostModel:
-    """Verify time ≈ ``base + per_token · batch · width`` (seconds), fitted to measured target forwards."""
+    """Verify time (seconds) of ``batch`` rows × ``width`` tokens. With measured ``points`` it interpolates
+    linearly in ``batch · width`` between them (a CPU's cost curve is far from a line: flat up to a few
+    tokens, then steeper) and extends the last segment's slope; without, ``base + per_token · batch · width``
+    (the least-squares line, also what is reported)."""
 
     base: float
     per_token: float
+    points: tuple[tuple[float, float], ...] = ()  # (batch · width, seconds), ascending, non-decreasing
 
     def __call__(self, batch: int, width: int) -> float:
-        return self.base + self.per_token * batch * width
+        x = batch * width
+        if not self.points:
+            return self.base + self.per_token * x
+        xs = [p[0] for p in self.points]
+        i = min(max(bisect.bisect_left(xs, x), 1), len(xs) - 1) if len(xs) > 1 else 0
+        if i == 0:
+            return self.points[0][1]
+        (x0, y0), (x1, y1) = self.points[i - 1], self.points[i]
+        slope = max((y1 - y0) / max(x1 - x0, 1e-9), 0.0)
+        return max(y0 + slope * (x - x0), self.points[0][1])
 
     @classmethod
     def measure(cls, target, width: int, batches: tuple[int, ...] = (1, 4), context: int = 64, reps: int = 2):
-        """Time cached target forwards of 1 and ``width`` tokens after ``context`` tokens, at each batch size."""
-        xs, ys = [], []
+        """Time cached target forwards of 1, 2, 4, … ``width`` tokens after ``context`` tokens, at each batch
+        size (best of ``reps``)."""
+        widths = sorted({1, width} | {w for w in (2, 4, 8, 16, 32, 64) if w < width})
+        by_x: dict[int, list[float]] = {}
         for b in batches:
-            for w in (1, width):
+            state = target.new_state(b)
+            target.forward(state, torch.full((b, context), 5), want_taps=False)
+            target.forward(state, torch.full((b, 1), 5), want_taps=False)  # warm-up
+            target.truncate(state, state.lengths - 1)
+            for w in widths:
                 best = float("inf")
                 for _ in range(reps):
-                    state = target.new_state(b)
-                    target.forward(state, torch.full((b, context), 5), want_taps=False)
                     t0 = time.perf_counter()
                     target.forward(state, torch.full((b, w), 5), want_taps=False)
                     best = min(best, time.perf_counter() - t0)
-                xs.append(b * w)
-                ys.append(best)
-        x, y = torch.tensor(xs, dtype=torch.float64), torch.tensor(ys, dtype=torch.float64)
-        per = float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum().clamp_min(1e-12))
+                    target.truncate(state, state.lengths - w)
+                by_x.setdefault(b * w, []).append(best)
+        points, top = [], 0.0
+        for x in sorted(by_x):
+            top = max(top, sum(by_x[x]) / len(by_x[x]))  # a cost curve never falls
+            points.append((float(x), top))
+        xt = torch.tensor([p[0] for p in points], dtype=torch.float64)
+        yt = torch.tensor([p[1] for p in points], dtype=torch.float64)
+        per = float(((xt - xt.mean()) * (yt - yt.mean())).sum() / ((xt - xt.mean()) ** 2).sum().clamp_min(1e-12))
         per = max(per, 0.0)
-        return cls(base=max(float(y.mean() - per * x.mean()), 1e-6), per_token=per)
+        return cls(base=max(float(yt.mean() - per * xt.mean()), 1e-6), per_token=per, points=tuple(points))
 
 
 @dataclass
@@ -60,13 +85,16 @@ class AdaptiveWidth:
     """Chooses the verify width and keeps the per-position calibration (predicted vs realised).
 
     A weak drafter's probabilities are far below its real acceptance (flat softmax over a large
-    vocabulary), so they are not used as probabilities: per position the engine keeps the realised
-    acceptance rate over the steps that reached it (Laplace: starts at ½, optimistic, so every width
-    gets tried) and the drafter's mean probability there; a row's estimate is that rate scaled by how
-    sure the drafter is of this token relative to its mean, capped at 1."""
+    vocabulary), so they are not used as probabilities: per position (a tree: per best-first rank) the
+    engine keeps the realised rate over the steps that reached it (Laplace: starts at ½, optimistic, so
+    every width gets tried) and the proposer's mean confidence there; a row's estimate is that rate scaled
+    by how sure the proposer is of this token relative to its mean, capped at 1. A chain position is
+    reached when every draft before it was accepted and counts as realised when it is accepted too; a
+    tree node is reached whenever it is verified and realised when it lies on the accepted path."""
 
     n: int
     cost: CostModel
+    tree: bool = False
     reached: list[float] = field(default_factory=list)  # per position: verify steps that reached it
     predicted: list[float] = field(default_factory=list)  # per position: Σ drafter probability there
     realised: list[float] = field(default_factory=list)  # per position: Σ accepted
@@ -87,7 +115,9 @@ class AdaptiveWidth:
 
     def expected(self, conf: torch.Tensor) -> torch.Tensor:
         """Expected accepted tokens for each width 0…n: ``[batch, n + 1]``."""
-        reach = self.acceptance(conf).cumprod(1)  # [batch, n]: P(first j+1 drafts all accepted)
+        reach = self.acceptance(conf)  # [batch, n] tree: P(node j on the accepted path)
+        if not self.tree:
+            reach = reach.cumprod(1)  # chain: P(first j+1 drafts all accepted)
         return torch.cat([torch.zeros(conf.shape[0], 1, dtype=torch.float64), reach.cumsum(1)], 1)
 
     def choose(self, conf: torch.Tensor, draft_cost: float = 0.0) -> int:
@@ -99,19 +129,22 @@ class AdaptiveWidth:
         value = torch.stack([gain[w] / (self.cost(b, w + 1) + (draft_cost if w else 0.0)) for w in range(n + 1)])
         return int(value.argmax())
 
-    def update(self, conf: torch.Tensor, accepted: list[int], width: int) -> None:
-        """Positions each row's verify reached: reached += 1, predicted += probability, realised += accepted."""
-        for row, a in enumerate(accepted):
-            for j in range(min(width, a + 1)):  # position j was reached (all before it accepted)
+    def update(self, conf: torch.Tensor, paths: list[list[int]], width: int) -> None:
+        """Per row, from its accepted path (verify positions, 0 = the pending token): every position or
+        node it reached gets reached += 1, predicted += confidence, realised += on the path."""
+        for row, path in enumerate(paths):
+            on_path = set(path[1:])
+            reached = width if self.tree else min(width, len(path))  # a chain reaches one past its accepted
+            for j in range(reached):
                 self.reached[j] += 1.0
                 self.predicted[j] += float(conf[row, j])
-                self.realised[j] += 1.0 if j < a else 0.0
+                self.realised[j] += 1.0 if j + 1 in on_path else 0.0
 
     def calibration(self) -> list[dict]:
-        """Per position: steps that reached it, the drafter's mean probability there, realised acceptance."""
+        """Per position (tree: rank): steps that reached it, the mean confidence there, realised acceptance."""
         return [
             {
-                "position": j + 1,
+                "rank" if self.tree else "position": j + 1,
                 "reached": int(r),
                 "mean_probability": round(p / r, 4) if r else None,
                 "realised": round(a / r, 4) if r else None,

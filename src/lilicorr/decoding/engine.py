@@ -38,7 +38,7 @@ class SpecConfig:
     num_speculative_tokens: int | None = None  # default: block_size − 1
     draft_sample_method: str = "greedy"
     rejection_sample_method: str = "standard"
-    options: dict[str, int] = field(default_factory=dict)  # e.g. prompt_lookup_max, tree_budget
+    options: dict[str, int | str] = field(default_factory=dict)  # e.g. prompt_lookup_max, tree_budget
     enable_adaptive_verification: bool = False  # verify only the prefix that pays (decoding/adaptive.py)
 
     @classmethod
@@ -85,8 +85,10 @@ class SpecEngine:
         self.adaptive: AdaptiveWidth | None = None
         self._skip = self._backoff = 0  # adaptive: AR steps left before drafting again, and the next pause
         self._draft_cost: float | None = None  # adaptive: seconds the drafter takes per step (running mean)
-        if config.enable_adaptive_verification and self.proposer.needs_draft and self.n:
-            self.adaptive = AdaptiveWidth(self.n, CostModel.measure(target, self.n + 1))
+        nodes = max(self.proposer.tree_budget - 1, 0)  # a tree's drafted nodes; 0 for chains
+        if self.proposer.needs_draft and self.n and (config.enable_adaptive_verification or self.proposer.auto_budget):
+            width = nodes or self.n
+            self.adaptive = AdaptiveWidth(width, CostModel.measure(target, width + 1), tree=bool(nodes))
         self.decode = target.tokenizer.decode
         self.timer = StageTimer()
         self.stats = SpecStats()
@@ -186,7 +188,7 @@ class SpecEngine:
         t_draft = time.perf_counter()
         proposal = self._propose(pending, start, temps) if n and not self._pause() else None
         conf, width = None, None
-        if self.adaptive is not None and proposal is not None and not proposal.is_tree:
+        if self.adaptive is not None and proposal is not None:
             with self.timer.stage("other"):
                 spent = time.perf_counter() - t_draft  # this step's drafting time, running mean over steps
                 self._draft_cost = spent if self._draft_cost is None else 0.8 * self._draft_cost + 0.2 * spent
@@ -200,7 +202,7 @@ class SpecEngine:
             verdicts = self.verifier.verify(proposal, out.logits, [s.request for s in self.seqs])
             self._keep_verified(start, proposal, verdicts)
             if conf is not None:
-                self.adaptive.update(conf, [v.accepted for v in verdicts], width)
+                self.adaptive.update(conf, [v.path for v in verdicts], width)
         if drafted:
             with self.timer.stage("draft_backbone"):
                 ctx = self._extend_draft_context(out.taps, start, verdicts)
@@ -228,7 +230,8 @@ class SpecEngine:
         return False
 
     def _adapt(self, proposal: Proposal, width: int) -> Proposal | None:
-        """The verified prefix of the chain (None: an AR step, and a pause before drafting again)."""
+        """The verified prefix of the chain or best-first tree (None: an AR step, and a pause before
+        drafting again)."""
         if width == 0:
             self._backoff = min(2 * self._backoff or 1, 8)
             self._skip = self._backoff
@@ -285,7 +288,7 @@ class SpecEngine:
             else:
                 uniforms = torch.zeros(len(pending), n)
         proposal = self.proposer.propose(d, temps, uniforms, self.timer)
-        if self.adaptive is not None and not proposal.is_tree:  # the drafter's own probability of each token
+        if self.adaptive is not None and not proposal.is_tree:  # a chain: the drafter's probability of each token
             with self.timer.stage("other"):
                 logits = d.logits.float()  # [batch, n, V]
                 chosen = logits.gather(-1, proposal.tokens[..., None]).squeeze(-1)

@@ -40,7 +40,8 @@ class Proposal:
     q_ids: torch.Tensor | None = None
     q_probs: torch.Tensor | None = None
     parents: torch.Tensor | None = None  # [batch, N] long, trees only
-    confidence: torch.Tensor | None = None  # [batch, n] the drafter's probability of each chain token
+    # [batch, N] how sure the proposer is: a chain token's drafter probability, a tree node's path score (exp)
+    confidence: torch.Tensor | None = None
     _memo: dict = field(default_factory=dict, repr=False, compare=False)  # depth / ancestors, built once
 
     @property
@@ -48,8 +49,10 @@ class Proposal:
         return self.parents is not None
 
     def prefix(self, width: int) -> Proposal:
-        """The first ``width`` tokens of a chain (a shorter draft: q is per token, so it stays exact)."""
-        assert not self.is_tree, "a tree has no prefix"
+        """The first ``width`` tokens: of a chain, a shorter draft (q is per token, so it stays exact); of a
+        tree in best-first order, the subtree of its ``width`` best nodes (parents precede children)."""
+        if self.is_tree:
+            return Proposal(tokens=self.tokens[:, :width], parents=self.parents[:, :width])
         q_ids = None if self.q_ids is None else self.q_ids[:, :width]
         q_probs = None if self.q_probs is None else self.q_probs[:, :width]
         return Proposal(tokens=self.tokens[:, :width], q_ids=q_ids, q_probs=q_probs)
@@ -105,6 +108,8 @@ class Proposer:
     name = "base"
     needs_draft = True
     n = 0
+    tree_budget = 0  # tree proposers: nodes per tree, the pending token included (0: a chain)
+    auto_budget = False  # trees: the engine prunes each tree to the prefix that pays (``adaptive.py``)
 
     def __init__(self, draft_sample_method: str = "greedy"):
         if draft_sample_method not in DRAFT_SAMPLE_METHODS:

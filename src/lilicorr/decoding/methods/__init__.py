@@ -11,6 +11,7 @@ LiLiCorr checkpoint runs ``lilicorr``, with a comparison-arm sidecar (``arm.json
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -34,18 +35,37 @@ COMMON_KEYS = (
 )
 
 
+AUTO = "auto"
+
+
 @dataclass(frozen=True)
 class Option:
-    """A method's own option: a positive integer (every option so far is a count)."""
+    """A method's own option: a positive integer (every option so far is a count), or ``"auto"`` where
+    ``auto`` is set (the method then chooses the value itself, e.g. from the measured cost curve)."""
 
     key: str
-    default: int
+    default: int | str
     help: str
+    auto: bool = False
 
-    def check(self, method: str, value: Any) -> int:
+    def check(self, method: str, value: Any) -> int | str:
+        if self.auto and value == AUTO:
+            return value
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"method {method!r}: '{self.key}' must be a positive integer, got {value!r}")
+            expected = "a positive integer or 'auto'" if self.auto else "a positive integer"
+            raise ValueError(f"method {method!r}: '{self.key}' must be {expected}, got {value!r}")
         return value
+
+    def parse(self, text: str) -> int | str:
+        """A command-line value: an integer, or ``auto`` where allowed (argparse ``type``)."""
+        if self.auto and text == AUTO:
+            return text
+        try:
+            return int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"--{self.key.replace('_', '-')}: expected an integer{' or auto' if self.auto else ''}, got {text!r}"
+            ) from None
 
 
 @dataclass
@@ -56,7 +76,7 @@ class BuildContext:
     draft: DraftModel | None
     draft_dir: Path | None
     spec: SpecConfig
-    options: dict[str, int]
+    options: dict[str, int | str]
     extras: dict[str, Any] = field(default_factory=dict)  # e.g. the oracle's reference outputs
 
 
@@ -80,7 +100,7 @@ class Method:
         return cls.proposer(ctx.spec.draft_sample_method)
 
     @classmethod
-    def resolve_options(cls, given: dict[str, Any]) -> dict[str, int]:
+    def resolve_options(cls, given: dict[str, Any]) -> dict[str, int | str]:
         """Defaults filled in; an option of another method or a bad value is a named error."""
         known = {o.key: o for o in cls.options}
         stray = sorted(set(given) - set(known))

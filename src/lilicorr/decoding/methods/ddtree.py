@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from lilicorr.decoding.methods import BuildContext, Method, Option, register
+from lilicorr.decoding.methods import AUTO, BuildContext, Method, Option, register
 from lilicorr.decoding.methods.lilicorr import LiLiCorrProposer, lilicorr_head
 from lilicorr.decoding.proposal import DraftOutput, Proposal, Proposer
 from lilicorr.decoding.stats import StageTimer
@@ -16,20 +16,32 @@ from lilicorr.models.head import LiLiCorrHead
 
 
 def tree_proposal(tree: TokenTree) -> Proposal:
-    """A ``TokenTree`` (node 0 = the pending token) as a tree proposal over the verify sequence."""
-    return Proposal(tokens=tree.tokens[:, 1:], parents=tree.parents[:, 1:])
+    """A ``TokenTree`` (node 0 = the pending token) as a tree proposal over the verify sequence; the
+    confidence of a node is its path score as a probability (adaptive verification prunes by it)."""
+    return Proposal(tokens=tree.tokens[:, 1:], parents=tree.parents[:, 1:], confidence=tree.score[:, 1:].exp())
+
+
+# With ``tree_budget: auto`` a tree of this many nodes is built and the engine verifies, each step, the
+# best-first prefix of it that maximises expected tokens per second under the measured cost curve
+# (``decoding/adaptive.py``). It bounds the search only: on the machines measured (SmolLM2, 2 CPU cores)
+# the chosen prefix stays well below it.
+AUTO_TREE_CAP = 32
 
 
 class TreeProposer(Proposer):
-    """DDTree's tree: ``budget`` nodes (root included), ``topk`` candidates per slot."""
+    """DDTree's tree: ``budget`` nodes (root included; ``auto``: up to ``AUTO_TREE_CAP``, pruned per step
+    by the engine), ``topk`` candidates per slot."""
 
     name = "ddtree"
 
-    def __init__(self, budget: int = 16, topk: int = 4):
+    def __init__(self, budget: int | str = 16, topk: int = 8):
         super().__init__("greedy")
-        if budget < 2:
-            raise ValueError(f"tree_budget must be >= 2 (the root and one draft), got {budget}")
+        self.auto_budget = budget == AUTO
+        budget = AUTO_TREE_CAP if self.auto_budget else budget
+        if not isinstance(budget, int) or budget < 2:
+            raise ValueError(f"tree_budget must be >= 2 (the root and one draft) or 'auto', got {budget!r}")
         self.budget, self.topk = budget, topk
+        self.tree_budget = budget
 
     def propose(self, d: DraftOutput, temperature: torch.Tensor, uniforms: torch.Tensor, timer: StageTimer) -> Proposal:
         with timer.stage("walk"):
@@ -41,17 +53,23 @@ class LatticeTreeProposer(TreeProposer):
 
     name = "lilicorr-tree"
 
-    def __init__(self, head: LiLiCorrHead, embed: torch.nn.Embedding, budget: int = 16):
+    def __init__(self, head: LiLiCorrHead, embed: torch.nn.Embedding, budget: int | str = 16):
         super().__init__(budget, head.k)
         self.lattice = LiLiCorrProposer(head, embed)
 
     def propose(self, d: DraftOutput, temperature: torch.Tensor, uniforms: torch.Tensor, timer: StageTimer) -> Proposal:
-        ids, scores = self.lattice.lattice(d, timer)
+        ids, lp, scores = self.lattice.lattice(d, timer)
         with timer.stage("walk"):
-            return tree_proposal(build_lattice_tree(ids, scores, d.anchor_tokens, self.budget))
+            return tree_proposal(build_lattice_tree(ids, lp, scores, d.anchor_tokens, self.budget))
 
 
-BUDGET = Option("tree_budget", 16, "tree nodes verified per step, the pending token included")
+BUDGET = Option(
+    "tree_budget",
+    AUTO,
+    "tree nodes verified per step, the pending token included; auto: each step the best-first prefix "
+    f"(up to {AUTO_TREE_CAP}) that pays for its measured verify cost",
+    auto=True,
+)
 
 
 @register
@@ -59,7 +77,7 @@ class DDTree(Method):
     name = "ddtree"
     per_draft_length = False
     help = "best-first tree over the drafter's per-slot marginals (training-free)"
-    options = (BUDGET, Option("tree_topk", 4, "candidates per slot"))
+    options = (BUDGET, Option("tree_topk", 8, "candidates per slot (8: the lattice width of the shipped drafters)"))
 
     @classmethod
     def build(cls, ctx: BuildContext) -> Proposer:

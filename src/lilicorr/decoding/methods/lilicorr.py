@@ -19,17 +19,18 @@ class LiLiCorrProposer(Proposer):
         super().__init__(draft_sample_method)
         self.head, self.embed = head, embed
 
-    def lattice(self, d: DraftOutput, timer: StageTimer) -> tuple[torch.Tensor, HeadScores]:
-        """Candidate ids ``[batch, n, K]`` and the head's start / pair scores over them."""
+    def lattice(self, d: DraftOutput, timer: StageTimer) -> tuple[torch.Tensor, torch.Tensor, HeadScores]:
+        """Candidate ids ``[batch, n, K]``, their drafter log-probs ``[batch, n, K]`` and the head's
+        start / pair scores over them."""
         with timer.stage("candidates"):
             ids, lp = candidates(d.logits, self.head.k)  # [batch, n, K]
             emb = self.embed(ids).to(d.hidden.dtype)  # [batch, n, K, Hm]
         with timer.stage("head"):
             scores = self.head(d.hidden, emb, lp, d.anchor, d.anchor_valid)
-        return ids, scores
+        return ids, lp, scores
 
     def propose(self, d: DraftOutput, temperature: torch.Tensor, uniforms: torch.Tensor, timer: StageTimer) -> Proposal:
-        ids, scores = self.lattice(d, timer)
+        ids, _, scores = self.lattice(d, timer)
         with timer.stage("walk"):
             if self.draft_sample_method == "greedy":
                 picks = walk_greedy(scores)
