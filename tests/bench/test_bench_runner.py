@@ -108,3 +108,21 @@ def test_hf_generate_baseline_matches_engine_ar(tiny_target):
     ar = run_arm(tiny_target, Arm("ar", "ar"), prompts, 0.0, 12, {})
     assert hf["outputs"] == ar["outputs"] and all(len(v) == 12 for v in hf["outputs"].values())
     assert hf["tokens_per_s"] > 0
+
+
+def test_tree_budget_variants_and_pooled_sweep(tiny_target_dir, drafts):
+    from lilicorr.bench.arms import with_tree_budgets
+    from lilicorr.bench.report import sweep_speedup_table
+
+    arms = with_tree_budgets(default_arms(drafts), [4])
+    by_name = {a.name: a for a in arms}
+    assert by_name["lc:tree@b4"].options == {"tree_budget": 4} and by_name["lc:tree"].options == {}
+    assert "lc@b4" not in by_name  # chains have no node budget
+    run = [by_name[n] for n in ("ar", "lc:tree", "lc:tree@b4", "df:ddtree@b4")]
+    sweep = {"concurrencies": [1, 2], "input_lens": [8], "max_tokens": 3, "pooled": True}
+    res = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 6, arms=run, sweep=sweep)
+    assert all(r.get("identical_to_ar", True) for r in res["runs"])
+    assert {r["tier"] for r in res["sweep"]} == {"all"} and len(res["sweep"]) == 4 * 2
+    assert all(r["decode_tokens_per_s"] > 0 for r in res["sweep"])
+    table = sweep_speedup_table(res, "decode_tokens_per_s")
+    assert "lc:tree@b4" in table and table.count("\n") == 2 + 2  # header, rule, one line per concurrency

@@ -1,13 +1,14 @@
 """The arms a benchmark compares: a name, a registered method, a drafter folder and vLLM's options.
 
 Every arm's engine comes from the methods registry (``arm_engine``), like generate's and serve's.
-Tree arms use the registry's default node budget (16, root included).
+Tree arms use the registry's default node budget (``auto``: pruned each step by the measured cost curve);
+``with_tree_budgets`` adds fixed budgets (``name@bN``) for comparisons at equal budget.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lilicorr.decoding.engine import SpecConfig, SpecEngine
@@ -25,6 +26,7 @@ class Arm:
     draft_sample_method: str = "greedy"
     rejection_sample_method: str = "standard"
     enable_adaptive_verification: bool = False
+    options: dict = field(default_factory=dict)  # the method's own options (e.g. tree_budget)
 
 
 def default_arms(drafts: list[str]) -> list[Arm]:
@@ -42,7 +44,7 @@ def default_arms(drafts: list[str]) -> list[Arm]:
             arms.append(Arm(f"{label}:oracle", "oracle", d))
             arms.append(Arm(f"{label}:prob", "lilicorr", d, draft_sample_method="probabilistic"))
             arms.append(Arm(f"{label}:adaptive", "lilicorr", d, enable_adaptive_verification=True))
-            # trees at equal node budget on this one backbone: the head's conditionals vs the marginals
+            # trees on this one backbone (the head's conditionals × the marginals vs the marginals alone)
             arms.append(Arm(f"{label}:tree", "lilicorr-tree", d))
             arms.append(Arm(f"{label}:ddtree", "ddtree", d))
         else:
@@ -65,6 +67,16 @@ def with_draft_lengths(arms: list[Arm], lengths: list[int]) -> list[Arm]:
             continue
         for n in lengths:
             out.append(replace(a, name=f"{a.name}@n{n}", num_speculative_tokens=n))
+    return out
+
+
+def with_tree_budgets(arms: list[Arm], budgets: list[int]) -> list[Arm]:
+    """Each tree arm also once per fixed node budget (``name@bN``, root included), beside its ``auto`` self."""
+    out = []
+    for a in arms:
+        out.append(a)
+        if any(o.key == "tree_budget" for o in get_method(a.method).options):
+            out += [replace(a, name=f"{a.name}@b{b}", options={**a.options, "tree_budget": b}) for b in budgets]
     return out
 
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from lilicorr.bench.runner import markdown_table
+from lilicorr.bench.sweep import POOLED, TIERS
 from lilicorr.data.atomic import atomic_write_text
 from lilicorr.decoding.methods import get_method
 from lilicorr.decoding.stats import STAGES
@@ -75,7 +76,7 @@ def _plots(results: dict, out_dir: Path, prefix: str) -> list[str]:
     plt.close(fig)
     if results.get("sweep"):
         sw = results["sweep"]
-        tiers = [t for t in ("low", "mixed", "high") if any(r["tier"] == t for r in sw)]
+        tiers = [t for t in (*TIERS, POOLED) if any(r["tier"] == t for r in sw)]
         lens = sorted({r["input_len"] for r in sw})
         fig, axes = plt.subplots(len(lens), len(tiers), figsize=(4.5 * len(tiers), 3.6 * len(lens)), squeeze=False)
         for ax, (in_len, tier) in zip(axes.flat, [(n, t) for n in lens for t in tiers], strict=True):
@@ -87,7 +88,9 @@ def _plots(results: dict, out_dir: Path, prefix: str) -> list[str]:
                 )
                 ax.plot([c for c, _ in pts], [v for _, v in pts], marker="o", label=arm)
             ax.set_xscale("log", base=2)
-            ax.set_title(f"{tier} entropy, input {in_len}", fontsize=9)
+            ax.set_title(
+                f"{tier} prompts, input {in_len}" if tier == POOLED else f"{tier} entropy, input {in_len}", fontsize=9
+            )
             ax.set_xlabel("concurrency")
             ax.set_ylabel("output tokens/s")
             ax.legend(fontsize=7)
@@ -152,14 +155,15 @@ def derived_table(results: dict, baselines: list[str] | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def sweep_speedup_table(results: dict) -> str:
-    """Speedup of each arm over AR in the sweep, per input length and concurrency (geometric mean over tiers)."""
+def sweep_speedup_table(results: dict, field: str = "tokens_per_s") -> str:
+    """Speedup of each arm over AR in the sweep, per input length and concurrency (geometric mean over tiers),
+    end to end (``tokens_per_s``) or decode only (``decode_tokens_per_s``)."""
     import math
 
-    sw = results.get("sweep") or []
+    sw = [r for r in results.get("sweep") or [] if field in r]
     if not any(r["arm"] == "ar" for r in sw):
         return ""
-    ar = {(r["tier"], r["input_len"], r["concurrency"]): r["tokens_per_s"] for r in sw if r["arm"] == "ar"}
+    ar = {(r["tier"], r["input_len"], r["concurrency"]): r[field] for r in sw if r["arm"] == "ar"}
     arms = sorted({r["arm"] for r in sw} - {"ar"})
     keys = sorted({(r["input_len"], r["concurrency"]) for r in sw})
     lines = ["| input | concurrency | " + " | ".join(arms) + " |", "|---|---|" + "---|" * len(arms)]
@@ -167,7 +171,7 @@ def sweep_speedup_table(results: dict) -> str:
         cells = []
         for a in arms:
             ratios = [
-                r["tokens_per_s"] / ar[(r["tier"], in_len, c)]
+                r[field] / ar[(r["tier"], in_len, c)]
                 for r in sw
                 if r["arm"] == a and r["input_len"] == in_len and r["concurrency"] == c and (r["tier"], in_len, c) in ar
             ]
@@ -219,11 +223,20 @@ def write_report(
             [
                 "## Throughput sweep",
                 "",
-                "Output tokens/s with that many requests decoded together (ignore_eos), per entropy tier and "
+                "Output tokens/s with that many requests decoded together (ignore_eos), per prompt tier and "
                 "input length; speedups are over AR at the same tier, input and concurrency, geometric mean over "
-                "tiers.",
+                "tiers. End to end (prefill included):",
                 "",
                 sweep_speedup_table(results),
+                *(
+                    [
+                        "Decode only (after the prefill, where speculation acts):",
+                        "",
+                        sweep_speedup_table(results, "decode_tokens_per_s"),
+                    ]
+                    if any("decode_tokens_per_s" in r for r in results["sweep"])
+                    else []
+                ),
                 sweep_table(results),
             ]
             if results.get("sweep")

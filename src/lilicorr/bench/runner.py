@@ -132,14 +132,15 @@ def run_bench(
     device: str = "cpu",
 ) -> dict:
     """Every arm × temperature on the prompts (batch 1); optionally the throughput sweep
-    (``sweep = {"concurrencies": [...], "input_lens": [...], "max_tokens": n, "arms": [names] | None}``).
+    (``sweep = {"concurrencies": [...], "input_lens": [...], "max_tokens": n, "arms": [names] | None,
+    "pooled": bool}``; pooled: one pool of all prompts instead of the three entropy tiers).
 
     With ``out``, every finished arm × temperature (and sweep cell) is kept under ``out/parts`` and a
     rerun with the same inputs resumes from there (``results["resumed"]`` lists what was reused;
     speedups of reused pieces are still ratios to the AR run of the same piece set).
     """
     from lilicorr.bench.cache import PartCache, fingerprint, weights_id
-    from lilicorr.bench.sweep import entropy_tiers, throughput_sweep
+    from lilicorr.bench.sweep import POOLED, entropy_tiers, throughput_sweep
 
     torch_dtype = resolve_dtype(dtype)  # target and drafters alike; AR runs in the same dtype
     dtype = str(torch_dtype).removeprefix("torch.")
@@ -205,7 +206,7 @@ def run_bench(
             sweep["concurrencies"],
             sweep["max_tokens"],
             sweep["input_lens"],
-            tiers,
+            {k: POOLED for k in tiers} if sweep.get("pooled") else tiers,
             cache=cache,
         )
     if cache.reused:

@@ -24,6 +24,7 @@ from lilicorr.decoding.stats import SpecStats
 from lilicorr.target.runtime import TargetRuntime, pad_right
 
 TIERS = ("low", "mixed", "high")
+POOLED = "all"  # the sweep's one tier when prompts are not split by entropy
 
 
 @torch.no_grad()
@@ -56,7 +57,9 @@ def throughput_sweep(
     tiers: dict[str, str],
     cache=None,
 ) -> list[dict]:
-    """Greedy tokens/s of each arm at each concurrency (one batch of that many requests), per input length and tier.
+    """Greedy tokens/s of each arm at each concurrency (one batch of that many requests), per input length and tier:
+    end to end (prefill included, as serving benchmarks count it) and decode only (after the prefill, where
+    speculation acts). ``tiers`` maps prompt ids to a tier (``TIERS``, or ``POOLED`` for one pool).
 
     ``cache`` (a ``PartCache``) keeps each finished arm × tier × input-length cell for a resumed run.
     """
@@ -64,8 +67,9 @@ def throughput_sweep(
     rows = []
     # greedy (T = 0) decoding: the oracle needs references and the probabilistic draft equals the greedy one
     arms = [a for a in arms if not get_method(a.method).needs_reference and a.draft_sample_method != "probabilistic"]
-    bar = tqdm(total=len(TIERS) * len(input_lens) * len(arms), desc="sweep", mininterval=5)
-    for tier in TIERS:
+    present = [t for t in (*TIERS, POOLED) if t in set(tiers.values())]
+    bar = tqdm(total=len(present) * len(input_lens) * len(arms), desc="sweep", mininterval=5)
+    for tier in present:
         pool = [p for p in prompts if tiers.get(p["id"]) == tier]
         if not pool:
             continue
@@ -88,8 +92,12 @@ def throughput_sweep(
                         for i in range(c)
                     ]
                     t0 = time.perf_counter()
-                    engine.generate(reqs)
-                    dt = time.perf_counter() - t0
+                    engine.add(reqs)
+                    t1 = time.perf_counter()
+                    first = sum(len(r.output_ids) for r in reqs)  # the prefill's own token per request
+                    while engine.seqs:
+                        engine.step()
+                    dt, decode = time.perf_counter() - t0, time.perf_counter() - t1
                     n = sum(len(r.output_ids) for r in reqs)
                     cell.append(
                         {
@@ -98,6 +106,7 @@ def throughput_sweep(
                             "input_len": in_len,
                             "concurrency": c,
                             "tokens_per_s": round(n / dt, 2),
+                            "decode_tokens_per_s": round((n - first) / max(decode, 1e-9), 2),
                             "tau": round(engine.stats.tau, 4),
                         }
                     )

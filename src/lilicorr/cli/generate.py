@@ -84,7 +84,7 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
         "--enable-adaptive-verification",
         action="store_true",
         help="verify only the draft prefix whose expected accepted tokens pay for its measured verify cost "
-        "(falls back to AR steps when drafts do not pay); chain methods",
+        "(falls back to AR steps when drafts do not pay); chains, and trees (their best-first prefix)",
     )
     p.add_argument("--compare-ar", action="store_true", help="also decode autoregressively and print the speedup")
     p.add_argument("--max-new-tokens", type=int, default=64)

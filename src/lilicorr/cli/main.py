@@ -256,13 +256,15 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             from lilicorr.data.prompts import long_prompts
 
             prompts += long_prompts(corpus, tok, args.long_prompts, prompt_tokens=args.long_tokens)
-    from lilicorr.bench.arms import default_arms, with_draft_lengths
+    from lilicorr.bench.arms import default_arms, with_draft_lengths, with_tree_budgets
 
     if args.draft is None and args.target == SHIPPED_TARGET:  # a bare `lilicorr bench`: the shipped pair
         args.draft = [d for d in (SHIPPED_DFLASH, SHIPPED_DRAFT) if (Path(d) / "config.json").exists()]
     arms = default_arms(args.draft or [])
     if args.num_speculative_tokens:
         arms = with_draft_lengths(arms, args.num_speculative_tokens)
+    if args.tree_budgets:
+        arms = with_tree_budgets(arms, args.tree_budgets)
     if args.only:  # after the draft-length expansion, so ARM@nN can be picked one by one
         unknown = set(args.only) - {a.name for a in arms}
         if unknown:
@@ -293,6 +295,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             "input_lens": args.sweep_input_lens,
             "max_tokens": args.sweep_max_tokens,
             "arms": args.sweep_arms,
+            "pooled": args.sweep_pooled,
         },
     )
     print(markdown_table(results))
@@ -561,6 +564,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--sweep-max-tokens", type=int, default=32)
     s.add_argument("--no-sweep", action="store_true", help="skip the throughput sweep")
+    s.add_argument(
+        "--sweep-pooled",
+        action="store_true",
+        help="sweep one pool of all prompts (tier 'all') instead of three entropy tiers (a third of the time)",
+    )
     s.add_argument("--sweep-arms", nargs="+", default=None, help="arm names in the sweep (default: every arm)")
     s.add_argument("--only", nargs="+", default=None, help="keep only these arm names (ar always runs)")
     s.add_argument(
@@ -569,6 +577,13 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         default=None,
         help="draft lengths to compare (each arm once per value, named ARM@nN); default: each drafter's full block",
+    )
+    s.add_argument(
+        "--tree-budgets",
+        type=int,
+        nargs="+",
+        default=None,
+        help="fixed tree node budgets to compare (each tree arm also once per value, named ARM@bN) beside auto",
     )
     s.add_argument(
         "--long-prompts",
