@@ -23,9 +23,10 @@ from lilicorr.data.chat import row_ids
 from lilicorr.data.prompt_sets import read_prompt_rows, round_robin
 from lilicorr.decoding.engine import SpecConfig
 from lilicorr.decoding.methods import build_engine
+from lilicorr.decoding.methods.ngram import lookup
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
-from lilicorr.decoding.tree import TokenTree, build_lattice_tree, build_tree
+from lilicorr.decoding.tree import TokenTree, assemble, build_lattice_tree, build_tree, graft_chain
 from lilicorr.models.head import HeadScores
 from lilicorr.target.runtime import TargetRuntime, resolve_dtype
 
@@ -103,6 +104,25 @@ def main() -> None:
             s["ids"], s["lp"], s["scores"], s["root"], b
         ),
     }
+    for s in states:  # the request's history at that step (it ends with the pending token)
+        req = s["request"]
+        s["history"] = req.prompt_ids + req.output_ids[: s["at"]]
+
+    def grafted(build: Callable[[dict, int], TokenTree], k_min: int) -> Callable[[dict, int], TokenTree]:
+        def run(s: dict, b: int) -> TokenTree:
+            tree = build(s, b)
+            chain = lookup(s["history"], len(s["truth"]), 4, k_min, pad=False)
+            nodes = [
+                (int(tree.tokens[0, i]), int(tree.parents[0, i]), int(tree.depth[0, i]), float(tree.score[0, i]))
+                for i in range(1, tree.tokens.shape[1])
+            ]
+            return assemble([graft_chain(nodes, chain, b)], s["root"], b)
+
+        return run
+
+    shipped = builders["lattice: marginals × head (shipped)"]
+    builders["+ prompt lookup (k ≥ 1)"] = grafted(shipped, 1)
+    builders["+ prompt lookup (k ≥ 2)"] = grafted(shipped, 2)
     print(f"{args.draft}: {len(states)} drafting states from {len(prompts)} prompts; mean 1 + accepted (τ):")
     print("| budget | " + " | ".join(builders) + " |")
     print("|---|" + "---|" * len(builders))

@@ -128,3 +128,17 @@ def test_tree_sampling_matches_target(small_vocab_target, method):
     counts, engine = sample_counts(small_vocab_target, draft, cfg, {"temperature": 1.0})
     assert p_value(counts, exact_distribution(small_vocab_target, SamplingParams(temperature=1.0))) > ALPHA
     assert engine.stats.num_accepted_tokens > 0
+
+
+def test_graft_chain_merges_a_lookup_branch():
+    from lilicorr.decoding.tree import graft_chain
+
+    # tree: root → 5 (−0.1) → 6 (−0.3); root → 7 (−0.5)
+    nodes = [(5, 0, 1, -0.1), (6, 1, 2, -0.3), (7, 0, 1, -0.5)]
+    # the chain 5 → 9 → 4 shares the first node, then branches off; budget 5 keeps 4 nodes
+    got = graft_chain(nodes, [5, 9, 4], budget=5)
+    assert got == [(5, 0, 1, 0.0), (9, 1, 2, 0.0), (4, 2, 3, 0.0), (6, 1, 2, -0.3)]
+    assert graft_chain(nodes, None, budget=5) == nodes
+    # every parent precedes its child
+    for i, (_, par, depth, _) in enumerate(got, start=1):
+        assert par < i and (par == 0 or got[par - 1][2] == depth - 1)

@@ -113,13 +113,15 @@ class SpecEngine:
         with self.timer.stage("target_verify"):
             state = self.target.new_state(len(requests))
             ids, mask = pad_right([r.prompt_ids for r in requests], pad=0)
-            out = self.target.forward(state, ids, mask, want_taps=self.proposer.needs_draft)
+            last = mask.sum(1) - 1  # [batch] each row's last prompt position: its logits are the only ones used
+            keep = torch.unique(last)  # sorted
+            out = self.target.forward(state, ids, mask, want_taps=self.proposer.needs_draft, logits_at=keep)
         with self.timer.stage("other"):
-            last = mask.sum(1) - 1
+            col = torch.searchsorted(keep, last)  # [batch] each row's last position among the kept logits
             seqs = [SeqState(request=r) for r in requests]
             for i, s in enumerate(seqs):
-                tok = choose_token(out.logits[i, last[i]], s.request.params, s.request.generator)
-                s.request.commit([tok], self.decode, out.logits[i, last[i] : last[i] + 1])
+                tok = choose_token(out.logits[i, col[i]], s.request.params, s.request.generator)
+                s.request.commit([tok], self.decode, out.logits[i, col[i] : col[i] + 1])
                 s.pending = tok
         dcache = None
         if self.proposer.needs_draft:

@@ -61,7 +61,39 @@ def _best_first(dist, depth_max: int, budget: int) -> list[tuple[int, int, int, 
     return nodes
 
 
-def _assemble(rows: list[list[tuple[int, int, int, float]]], roots: torch.Tensor, budget: int) -> TokenTree:
+def graft_chain(
+    nodes: list[tuple[int, int, int, float]], chain: list[int] | None, budget: int
+) -> list[tuple[int, int, int, float]]:
+    """Merge a deterministic chain (a prompt-lookup continuation) into a best-first tree as a branch from
+    the root, and keep the best ``budget − 1`` nodes.
+
+    The chain's nodes get score 0 (log 1: the tree's proposer vouches for them; a tree node it passes
+    through is promoted); nodes are then ordered by (score descending, depth) — a node never scores above
+    its parent, so parents still precede children and every prefix is a tree. Verification follows the
+    target's own choices down any tree, so a grafted branch stays lossless.
+    """
+    if not chain:
+        return nodes
+    entries = [[tok, par, d, sc] for tok, par, d, sc in nodes]  # node i + 1 = entries[i]
+    child = {(par, tok): i for i, (tok, par, _, _) in enumerate(nodes, start=1)}
+    parent = 0
+    for depth, tok in enumerate(chain, start=1):
+        node = child.get((parent, tok))
+        if node is None:
+            entries.append([tok, parent, depth, 0.0])
+            node = len(entries)
+            child[(parent, tok)] = node
+        else:
+            entries[node - 1][3] = 0.0
+        parent = node
+    order = sorted(range(1, len(entries) + 1), key=lambda i: (-entries[i - 1][3], entries[i - 1][2], i))
+    order = order[: budget - 1]
+    new = {old: pos for pos, old in enumerate(order, start=1)}
+    new[0] = 0
+    return [(entries[i - 1][0], new[entries[i - 1][1]], entries[i - 1][2], entries[i - 1][3]) for i in order]
+
+
+def assemble(rows: list[list[tuple[int, int, int, float]]], roots: torch.Tensor, budget: int) -> TokenTree:
     b = len(rows)
     tokens = torch.zeros(b, budget, dtype=torch.long)
     parents = torch.full((b, budget), -1, dtype=torch.long)
@@ -91,7 +123,7 @@ def build_tree(logits: torch.Tensor, roots: torch.Tensor, budget: int, topk: int
     for row in range(b):
         per_depth = [list(zip(lp[row][s], range(topk), ids[row][s], strict=True)) for s in range(n)]
         rows.append(_best_first(lambda d, _cand, t=per_depth: t[d - 1], n, budget))
-    return _assemble(rows, roots, budget)
+    return assemble(rows, roots, budget)
 
 
 def build_lattice_tree(
@@ -124,4 +156,4 @@ def build_lattice_tree(
             return [(v, c, ids_l[row][d - 1][c]) for v, c in zip(vals, idx, strict=True)]
 
         rows.append(_best_first(dist, n, budget))
-    return _assemble(rows, roots, budget)
+    return assemble(rows, roots, budget)

@@ -16,8 +16,9 @@ from lilicorr.decoding.proposal import DraftOutput, Proposal, Proposer
 from lilicorr.decoding.stats import StageTimer
 
 
-def lookup(history: list[int], n: int, k_max: int, k_min: int) -> list[int] | None:
-    """The ``n`` tokens after the latest earlier occurrence of the longest matching suffix, or None."""
+def lookup(history: list[int], n: int, k_max: int, k_min: int, pad: bool = True) -> list[int] | None:
+    """The ``n`` tokens after the latest earlier occurrence of the longest matching suffix, or None; fewer
+    than ``n`` near the end of the history are padded with the last one (``pad``) or returned as they are."""
     t = len(history)
     for k in range(min(k_max, t - 1), k_min - 1, -1):
         suffix = history[t - k :]
@@ -25,7 +26,7 @@ def lookup(history: list[int], n: int, k_max: int, k_min: int) -> list[int] | No
             if history[start : start + k] == suffix:
                 follow = history[start + k : start + k + n]
                 if follow:
-                    return follow + [follow[-1]] * (n - len(follow))
+                    return follow + [follow[-1]] * (n - len(follow)) if pad else follow
     return None
 
 
