@@ -120,10 +120,12 @@ def test_lattice_tree_needs_a_lilicorr_checkpoint(tiny_target):
         build_engine(tiny_target, SpecConfig(method="lilicorr-tree"), random_draft(tiny_target, lilicorr=False))
 
 
+@pytest.mark.parametrize("lookup", [0, 2])
 @pytest.mark.parametrize("method", ["ddtree", "lilicorr-tree"])
-def test_tree_sampling_matches_target(small_vocab_target, method):
+def test_tree_sampling_matches_target(small_vocab_target, method, lookup):
     draft = random_draft(small_vocab_target, lilicorr=method == "lilicorr-tree", block=4, k=4)
-    options = {"tree_budget": 6, **({"tree_topk": 3} if method == "ddtree" else {})}
+    options = {"tree_budget": 6, "prompt_lookup_max": lookup, "prompt_lookup_min": 1}
+    options.update({"tree_topk": 3} if method == "ddtree" else {})
     cfg = SpecConfig(method=method, num_speculative_tokens=2, options=options)
     counts, engine = sample_counts(small_vocab_target, draft, cfg, {"temperature": 1.0})
     assert p_value(counts, exact_distribution(small_vocab_target, SamplingParams(temperature=1.0))) > ALPHA
@@ -142,3 +144,36 @@ def test_graft_chain_merges_a_lookup_branch():
     # every parent precedes its child
     for i, (_, par, depth, _) in enumerate(got, start=1):
         assert par < i and (par == 0 or got[par - 1][2] == depth - 1)
+
+
+@pytest.mark.parametrize("method", ["ddtree", "lilicorr-tree"])
+def test_trees_with_prompt_lookup_greedy_identity(tiny_target, method):
+    """A grafted prompt-lookup branch (prompts that repeat themselves, so it matches) keeps the output the
+    target's own, and the branch is really in the verified trees."""
+    prompts = [p * 3 for p in _prompts(8)]
+    ref = [_greedy_no_cache(tiny_target.model, p, 20) for p in prompts]
+    options = {"tree_budget": 8, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+    engine = build_engine(
+        tiny_target, SpecConfig(method=method, options=options), random_draft(tiny_target, lilicorr=True)
+    )
+    assert engine.proposer.lookup == (3, 1)
+    grafted = []
+    plain = engine.proposer.chains
+    engine.proposer.chains = lambda d: grafted.append(plain(d)) or grafted[-1]
+    reqs = _requests(prompts)
+    for i in range(0, len(reqs), 4):
+        engine.generate(reqs[i : i + 4])
+    assert [r.output_ids for r in reqs] == ref
+    assert any(c for step in grafted for c in step)  # some steps carried a lookup branch
+
+
+def test_prompt_lookup_options_are_checked(tiny_target):
+    draft = random_draft(tiny_target, lilicorr=False)
+    off = build_engine(tiny_target, SpecConfig(method="ddtree", options={"tree_budget": 4}), draft)
+    assert off.proposer.lookup is None  # off by default: 0
+    with pytest.raises(ValueError, match="prompt_lookup_min <= prompt_lookup_max"):
+        build_engine(
+            tiny_target, SpecConfig(method="ddtree", options={"prompt_lookup_max": 1, "prompt_lookup_min": 3}), draft
+        )
+    with pytest.raises(ValueError, match="integer >= 0"):
+        build_engine(tiny_target, SpecConfig(method="ddtree", options={"prompt_lookup_max": -1}), draft)

@@ -29,6 +29,10 @@ class Arm:
     options: dict = field(default_factory=dict)  # the method's own options (e.g. tree_budget)
 
 
+# ``+lookup`` trees also graft the prompt-lookup continuation (the ``ngram`` method's, same keys and values)
+LOOKUP = {"prompt_lookup_max": 4, "prompt_lookup_min": 1}
+
+
 def default_arms(drafts: list[str]) -> list[Arm]:
     """AR, each draft with its native method; for LiLiCorr checkpoints also their own backbone's
     per-slot argmax (``:top1``) and the oracle lattice (``:oracle``); for every drafter the
@@ -47,9 +51,11 @@ def default_arms(drafts: list[str]) -> list[Arm]:
             # trees on this one backbone (the head's conditionals × the marginals vs the marginals alone)
             arms.append(Arm(f"{label}:tree", "lilicorr-tree", d))
             arms.append(Arm(f"{label}:ddtree", "ddtree", d))
+            arms.append(Arm(f"{label}:tree+lookup", "lilicorr-tree", d, options=dict(LOOKUP)))
         else:
             arms.append(Arm(f"{label}", "dflash", d))
             arms.append(Arm(f"{label}:ddtree", "ddtree", d))  # training-free tree over the same marginals
+            arms.append(Arm(f"{label}:ddtree+lookup", "ddtree", d, options=dict(LOOKUP)))
             arms.append(Arm(f"{label}:prob", "dflash", d, draft_sample_method="probabilistic"))
             arms.append(Arm(f"{label}:adaptive", "dflash", d, enable_adaptive_verification=True))
         kind = arm_kind(Path(d))

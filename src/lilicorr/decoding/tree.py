@@ -112,9 +112,12 @@ def assemble(rows: list[list[tuple[int, int, int, float]]], roots: torch.Tensor,
     return TokenTree(tokens=tokens, parents=parents, depth=depth, score=score)
 
 
-def build_tree(logits: torch.Tensor, roots: torch.Tensor, budget: int, topk: int) -> TokenTree:
+def build_tree(
+    logits: torch.Tensor, roots: torch.Tensor, budget: int, topk: int, chains: list[list[int] | None] | None = None
+) -> TokenTree:
     """DDTree: best-first tree of ``budget`` nodes (root included) per row from draft logits ``[batch, n, V]``,
-    scoring a path by the product of the per-slot marginals (slots independent)."""
+    scoring a path by the product of the per-slot marginals (slots independent); ``chains`` (per row, or
+    None) are grafted in as certain branches (``graft_chain``)."""
     b, n, vocab = logits.shape
     topk = min(topk, vocab)
     lp, ids = torch.log_softmax(logits.float(), -1).topk(topk, dim=-1)  # [batch, n, k], sorted
@@ -123,11 +126,20 @@ def build_tree(logits: torch.Tensor, roots: torch.Tensor, budget: int, topk: int
     for row in range(b):
         per_depth = [list(zip(lp[row][s], range(topk), ids[row][s], strict=True)) for s in range(n)]
         rows.append(_best_first(lambda d, _cand, t=per_depth: t[d - 1], n, budget))
-    return assemble(rows, roots, budget)
+    return assemble(_grafted(rows, chains, budget), roots, budget)
+
+
+def _grafted(rows: list, chains: list[list[int] | None] | None, budget: int) -> list:
+    return rows if chains is None else [graft_chain(r, c, budget) for r, c in zip(rows, chains, strict=True)]
 
 
 def build_lattice_tree(
-    ids: torch.Tensor, lp: torch.Tensor, scores: HeadScores, roots: torch.Tensor, budget: int
+    ids: torch.Tensor,
+    lp: torch.Tensor,
+    scores: HeadScores,
+    roots: torch.Tensor,
+    budget: int,
+    chains: list[list[int] | None] | None = None,
 ) -> TokenTree:
     """LiLiCorr tree: best-first over the K-candidate lattice, the drafter's marginals re-weighted by the
     head's *conditional* scores.
@@ -139,7 +151,7 @@ def build_lattice_tree(
     the marginals alone ignore which tokens fit together; on recorded SmolLM2 drafting states the sum
     accepts more than either and than DDTree at equal budget (``benchmarks/tree_scoring.py``).
     ``ids``/``lp`` ``[batch, n, K]`` (``lp`` the full-vocabulary log-softmax of each candidate);
-    ``scores.start [batch, K]``, ``scores.pair [batch, n−1, K, K]``.
+    ``scores.start [batch, K]``, ``scores.pair [batch, n−1, K, K]``; ``chains`` as in ``build_tree``.
     """
     b, n, k = ids.shape
     lp = lp.float()
@@ -156,4 +168,4 @@ def build_lattice_tree(
             return [(v, c, ids_l[row][d - 1][c]) for v, c in zip(vals, idx, strict=True)]
 
         rows.append(_best_first(dist, n, budget))
-    return assemble(rows, roots, budget)
+    return assemble(_grafted(rows, chains, budget), roots, budget)

@@ -47,12 +47,14 @@ class Option:
     default: int | str
     help: str
     auto: bool = False
+    minimum: int = 1  # 0 where zero means "off"
 
     def check(self, method: str, value: Any) -> int | str:
         if self.auto and value == AUTO:
             return value
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            expected = "a positive integer or 'auto'" if self.auto else "a positive integer"
+        if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
+            kind = "a positive integer" if self.minimum == 1 else f"an integer >= {self.minimum}"
+            expected = f"{kind} or 'auto'" if self.auto else kind
             raise ValueError(f"method {method!r}: '{self.key}' must be {expected}, got {value!r}")
         return value
 

@@ -9,6 +9,7 @@ import torch
 
 from lilicorr.decoding.methods import AUTO, BuildContext, Method, Option, register
 from lilicorr.decoding.methods.lilicorr import LiLiCorrProposer, lilicorr_head
+from lilicorr.decoding.methods.ngram import lookup
 from lilicorr.decoding.proposal import DraftOutput, Proposal, Proposer
 from lilicorr.decoding.stats import StageTimer
 from lilicorr.decoding.tree import TokenTree, build_lattice_tree, build_tree
@@ -34,8 +35,9 @@ class TreeProposer(Proposer):
 
     name = "ddtree"
 
-    def __init__(self, budget: int | str = 16, topk: int = 8):
+    def __init__(self, budget: int | str = 16, topk: int = 8, lookup: tuple[int, int] | None = None):
         super().__init__("greedy")
+        self.lookup = lookup  # (prompt_lookup_max, prompt_lookup_min): graft the prompt-lookup continuation
         self.auto_budget = budget == AUTO
         budget = AUTO_TREE_CAP if self.auto_budget else budget
         if not isinstance(budget, int) or budget < 2:
@@ -43,9 +45,18 @@ class TreeProposer(Proposer):
         self.budget, self.topk = budget, topk
         self.tree_budget = budget
 
+    def chains(self, d: DraftOutput) -> list[list[int] | None] | None:
+        """Per row, the tokens that followed the latest earlier occurrence of its last tokens (prompt lookup,
+        as the ``ngram`` method; ``None`` without a match), at most as deep as the drafted block."""
+        if self.lookup is None or d.requests is None:
+            return None
+        k_max, k_min = self.lookup
+        n = d.logits.shape[1]
+        return [lookup(r.prompt_ids + r.output_ids, n, k_max, k_min, pad=False) for r in d.requests]
+
     def propose(self, d: DraftOutput, temperature: torch.Tensor, uniforms: torch.Tensor, timer: StageTimer) -> Proposal:
         with timer.stage("walk"):
-            return tree_proposal(build_tree(d.logits, d.anchor_tokens, self.budget, self.topk))
+            return tree_proposal(build_tree(d.logits, d.anchor_tokens, self.budget, self.topk, self.chains(d)))
 
 
 class LatticeTreeProposer(TreeProposer):
@@ -53,14 +64,20 @@ class LatticeTreeProposer(TreeProposer):
 
     name = "lilicorr-tree"
 
-    def __init__(self, head: LiLiCorrHead, embed: torch.nn.Embedding, budget: int | str = 16):
-        super().__init__(budget, head.k)
+    def __init__(
+        self,
+        head: LiLiCorrHead,
+        embed: torch.nn.Embedding,
+        budget: int | str = 16,
+        lookup: tuple[int, int] | None = None,
+    ):
+        super().__init__(budget, head.k, lookup)
         self.lattice = LiLiCorrProposer(head, embed)
 
     def propose(self, d: DraftOutput, temperature: torch.Tensor, uniforms: torch.Tensor, timer: StageTimer) -> Proposal:
         ids, lp, scores = self.lattice.lattice(d, timer)
         with timer.stage("walk"):
-            return tree_proposal(build_lattice_tree(ids, lp, scores, d.anchor_tokens, self.budget))
+            return tree_proposal(build_lattice_tree(ids, lp, scores, d.anchor_tokens, self.budget, self.chains(d)))
 
 
 BUDGET = Option(
@@ -72,16 +89,39 @@ BUDGET = Option(
 )
 
 
+LOOKUP = (
+    Option(
+        "prompt_lookup_max",
+        0,
+        "trees: also graft the prompt-lookup continuation of the last k ≤ this many tokens as a branch (0: off)",
+        minimum=0,
+    ),
+    Option("prompt_lookup_min", 2, "trees: shortest suffix the prompt lookup matches"),
+)
+
+
+def lookup_option(options: dict) -> tuple[int, int] | None:
+    k_max, k_min = options["prompt_lookup_max"], options["prompt_lookup_min"]
+    if k_max and k_min > k_max:
+        raise ValueError(f"need prompt_lookup_min <= prompt_lookup_max, got {k_min}, {k_max}")
+    return (k_max, k_min) if k_max else None
+
+
 @register
 class DDTree(Method):
     name = "ddtree"
     per_draft_length = False
     help = "best-first tree over the drafter's per-slot marginals (training-free)"
-    options = (BUDGET, Option("tree_topk", 8, "candidates per slot (8: the lattice width of the shipped drafters)"))
+    options = (
+        BUDGET,
+        Option("tree_topk", 8, "candidates per slot (8: the lattice width of the shipped drafters)"),
+        *LOOKUP,
+    )
 
     @classmethod
     def build(cls, ctx: BuildContext) -> Proposer:
-        return TreeProposer(ctx.options["tree_budget"], ctx.options["tree_topk"])
+        o = ctx.options
+        return TreeProposer(o["tree_budget"], o["tree_topk"], lookup_option(o))
 
 
 @register
@@ -89,8 +129,9 @@ class LiLiCorrTree(Method):
     name = "lilicorr-tree"
     per_draft_length = False
     help = "best-first tree over the LiLiCorr lattice with the head's conditional scores"
-    options = (BUDGET,)
+    options = (BUDGET, *LOOKUP)
 
     @classmethod
     def build(cls, ctx: BuildContext) -> Proposer:
-        return LatticeTreeProposer(lilicorr_head(ctx), ctx.target.embed_tokens, ctx.options["tree_budget"])
+        o = ctx.options
+        return LatticeTreeProposer(lilicorr_head(ctx), ctx.target.embed_tokens, o["tree_budget"], lookup_option(o))
