@@ -19,7 +19,7 @@ MAX_NEW=${MAX_NEW:-32}
 }
 D=smollm2-dflash; LL=smollm2-lilicorr; C=smollm2-lilicorr-conv
 ARMS=(ar ngram $D $D:adaptive $D:ddtree $D:ddtree@b16 $LL $LL:adaptive $LL:tree $LL:tree@b16 $LL:ddtree $LL:ddtree@b16
-  $LL:tree+lookup $LL:tree+lookup@b16 $LL:ddtree+lookup $C:tree+lookup
+  $LL:tree+lookup $LL:tree+lookup@b16 $D:ddtree+lookup $C:tree+lookup
   $C:tree ${EXTRA_ARMS:-})
 SWEEP=(ar ngram $D $D:adaptive $LL $LL:adaptive $LL:tree $LL:tree@b16 $LL:ddtree $LL:tree+lookup ${EXTRA_SWEEP:-})
 $L bench --target models/smollm2-135m-instruct --draft models/$D --draft models/$LL --draft models/$C \

@@ -262,3 +262,17 @@ def test_device_cpu_runs_the_same_engine(tiny_target_dir, capsys):
         assert rc == 0
         outs.append(json.loads(capsys.readouterr().out.strip().splitlines()[0])["token_ids"])
     assert outs[0] == outs[1]
+
+
+def test_generate_with_draft_alone_runs_the_fastest_configuration(tiny_target_dir, tmp_path, capsys):
+    """`--draft` alone: methods.FASTEST for the folder's kind; any tuning flag: the folder decides (vLLM)."""
+    from lilicorr.decoding.methods import FASTEST
+    from tests.decoding.engine_helpers import save_random_draft
+
+    save_random_draft(tiny_target_dir, tmp_path / "d")
+    args = ["generate", "--target", str(tiny_target_dir), "--draft", str(tmp_path / "d"), "--prompt", "import os"]
+    assert main([*args, "--max-new-tokens", "8", "--compare-ar", "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out.strip().splitlines()[0])
+    assert rec["method"] == FASTEST["lilicorr"][0] and rec["ar_identical"] is True
+    assert main([*args, "--max-new-tokens", "4", "--json", "--num-speculative-tokens", "2"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[0])["method"] == "lilicorr"

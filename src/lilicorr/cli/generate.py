@@ -40,8 +40,11 @@ def add_method_args(p: argparse.ArgumentParser) -> None:
         "--method",
         choices=method_names(),
         default=None,
-        help=f"proposal method (default: what the --draft folder is — DFlash, LiLiCorr or its comparison arm; ar "
-        f"without --draft). {lines}",
+        help="proposal method. Default with --draft alone (no method option, draft length or sampling chosen): "
+        "the fastest lossless configuration measured (lilicorr.decoding.methods.FASTEST: a LiLiCorr folder runs "
+        "lilicorr-tree with the auto budget and the prompt-lookup graft, a DFlash folder ddtree likewise, an arm "
+        "folder its arm); with any of those chosen, what the folder is (vLLM's rule); ar without --draft. "
+        f"{lines}",
     )
     seen = set()
     for m in method_names():
@@ -58,6 +61,16 @@ def method_options(args: argparse.Namespace) -> dict[str, int | str]:
     from lilicorr.decoding.methods import option_keys
 
     return {k: getattr(args, k) for k in option_keys() if getattr(args, k, None) is not None}
+
+
+def untuned(args: argparse.Namespace) -> bool:
+    """No method, method option, draft length or draft sampling chosen: the defaults decide everything."""
+    return (
+        args.method is None
+        and not method_options(args)
+        and args.num_speculative_tokens is None
+        and args.draft_sample_method == "greedy"
+    )
 
 
 def add_generate_args(p: argparse.ArgumentParser) -> None:
@@ -120,7 +133,7 @@ def run_generate(args: argparse.Namespace) -> int:
     from lilicorr.checkpoint import CheckpointError, load_draft
     from lilicorr.data.chat import row_ids
     from lilicorr.decoding.engine import SpecConfig, SpecEngine
-    from lilicorr.decoding.methods import build_engine
+    from lilicorr.decoding.methods import build_engine, fastest_config
     from lilicorr.decoding.request import Request
     from lilicorr.decoding.sampling import SamplingParams
     from lilicorr.target.runtime import TargetError, TargetRuntime, resolve_dtype
@@ -132,6 +145,9 @@ def run_generate(args: argparse.Namespace) -> int:
         target = TargetRuntime.load(args.target, dtype=dtype, device=args.device)
         draft = load_draft(args.draft, target.model.config, dtype=dtype) if args.draft else None
         spec = SpecConfig.from_attrs(args, options=method_options(args))
+        if draft is not None and untuned(args):  # `--draft` alone: the fastest measured configuration
+            method, options = fastest_config(draft, args.draft)
+            spec = SpecConfig.from_attrs(args, method=method, options=options)
         engine = build_engine(target, spec, draft, args.draft)
         ar_engine = SpecEngine(target) if args.compare_ar else None
     except (TargetError, CheckpointError, ValueError) as e:

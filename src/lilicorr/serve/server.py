@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lilicorr.decoding.methods import engine_from_speculative_config
+from lilicorr.decoding.methods import FASTEST, engine_from_speculative_config
 from lilicorr.decoding.methods import parse_speculative_config as to_spec_config
 from lilicorr.serve.app import create_app
 from lilicorr.serve.loop import EngineLoop
@@ -44,7 +44,8 @@ def build(
         target_dir = SHIPPED_TARGET
         served_model_name = served_model_name or SHIPPED_TARGET_NAME
         if spec is None and (Path(SHIPPED_DRAFT) / "config.json").exists():
-            spec = {"method": "dflash", "model": SHIPPED_DRAFT}
+            method, options = FASTEST["lilicorr"]  # the fastest lossless configuration measured
+            spec = {"method": method, "model": SHIPPED_DRAFT, **options}
     target = TargetRuntime.load(target_dir, dtype=resolve_dtype(dtype), device=device)
     engine = engine_from_speculative_config(target, spec, resolve_dtype(dtype))
     name = served_model_name or target_dir

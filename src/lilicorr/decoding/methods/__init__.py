@@ -153,6 +153,24 @@ def method_for_draft(draft: DraftModel | None, draft_dir: str | Path | None) -> 
     return "lilicorr" if draft.is_lilicorr else "dflash"
 
 
+# The fastest lossless configuration measured per drafter kind (docs/RESULTS-speed.md,
+# scripts/bench_speed_smollm2.sh): what `generate --draft` without --method, `make run` and a bare
+# `lilicorr serve` use. The library's own default (``SpecConfig(method=None)``, a vLLM speculative config with
+# ``method: "dflash"``) stays vLLM's rule: the folder decides (``method_for_draft``).
+FASTEST: dict[str, tuple[str, dict[str, int | str]]] = {
+    "lilicorr": ("lilicorr-tree", {"tree_budget": AUTO, "prompt_lookup_max": 4, "prompt_lookup_min": 1}),
+    "dflash": ("ddtree", {"tree_budget": AUTO, "prompt_lookup_max": 4, "prompt_lookup_min": 1}),
+}
+
+
+def fastest_config(draft: DraftModel | None, draft_dir: str | Path | None) -> tuple[str, dict[str, int | str]]:
+    """(method, options) of the fastest measured configuration for this drafter folder; a comparison arm
+    runs as itself, and without a drafter it is plain decoding."""
+    native = method_for_draft(draft, draft_dir)
+    method, options = FASTEST.get(native, (native, {}))
+    return method, dict(options)
+
+
 def build_proposer(
     target: TargetRuntime,
     draft: DraftModel | None,
