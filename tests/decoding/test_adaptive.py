@@ -47,6 +47,21 @@ class RandomWidth(AdaptiveWidth):
         return int(torch.randint(0, self.n + 1, (1,), generator=self.g))
 
 
+def _joint_counts(engine) -> torch.Tensor:
+    """Counts of the first three sampled tokens over ``SAMPLES`` seeded requests (T = 1)."""
+    counts = torch.zeros(V**3)
+    for chunk in range(0, SAMPLES, 1000):
+        reqs = [
+            Request(list(PROMPT), SamplingParams(max_tokens=3, seed=chunk + i, temperature=1.0), eos_ids=frozenset())
+            for i in range(1000)
+        ]
+        engine.generate(reqs)
+        for r in reqs:
+            a, b, c = r.output_ids[:3]
+            counts[a * V * V + b * V + c] += 1
+    return counts
+
+
 def _varying(engine):
     engine.adaptive = RandomWidth(engine.adaptive.n, engine.adaptive.cost, tree=engine.adaptive.tree)
     return engine
@@ -72,17 +87,9 @@ def test_adaptive_sampling_matches_target(small_vocab_target):
     draft = random_draft(small_vocab_target, lilicorr=True, block=4, k=4)
     cfg = SpecConfig(num_speculative_tokens=3, draft_sample_method="probabilistic", enable_adaptive_verification=True)
     engine = _varying(build_engine(small_vocab_target, cfg, draft))
-    counts = torch.zeros(V**3)
-    for chunk in range(0, SAMPLES, 1000):
-        reqs = [
-            Request(list(PROMPT), SamplingParams(max_tokens=3, seed=chunk + i, temperature=1.0), eos_ids=frozenset())
-            for i in range(1000)
-        ]
-        engine.generate(reqs)
-        for r in reqs:
-            a, b, c = r.output_ids[:3]
-            counts[a * V * V + b * V + c] += 1
-    assert p_value(counts, exact_distribution(small_vocab_target, SamplingParams(temperature=1.0))) > ALPHA
+    assert (
+        p_value(_joint_counts(engine), exact_distribution(small_vocab_target, SamplingParams(temperature=1.0))) > ALPHA
+    )
     st = engine.stats
     assert 0 < st.num_draft_tokens < st.num_proposed_tokens and st.num_accepted_tokens > 0
 
@@ -162,17 +169,9 @@ def test_adaptive_tree_sampling_matches_target(small_vocab_target):
     draft = random_draft(small_vocab_target, lilicorr=True, block=4, k=4)
     cfg = SpecConfig(method="lilicorr-tree", options={"tree_budget": 7}, enable_adaptive_verification=True)
     engine = _varying(build_engine(small_vocab_target, cfg, draft))
-    counts = torch.zeros(V**3)
-    for chunk in range(0, SAMPLES, 1000):
-        reqs = [
-            Request(list(PROMPT), SamplingParams(max_tokens=3, seed=chunk + i, temperature=1.0), eos_ids=frozenset())
-            for i in range(1000)
-        ]
-        engine.generate(reqs)
-        for r in reqs:
-            a, b, c = r.output_ids[:3]
-            counts[a * V * V + b * V + c] += 1
-    assert p_value(counts, exact_distribution(small_vocab_target, SamplingParams(temperature=1.0))) > ALPHA
+    assert (
+        p_value(_joint_counts(engine), exact_distribution(small_vocab_target, SamplingParams(temperature=1.0))) > ALPHA
+    )
     st = engine.stats
     assert 0 < st.num_draft_tokens < st.num_proposed_tokens and st.num_accepted_tokens > 0
 
