@@ -126,3 +126,12 @@ def test_tree_budget_variants_and_pooled_sweep(tiny_target_dir, drafts):
     assert all(r["decode_tokens_per_s"] > 0 for r in res["sweep"])
     table = sweep_speedup_table(res, "decode_tokens_per_s")
     assert "lc:tree@b4" in table and table.count("\n") == 2 + 2  # header, rule, one line per concurrency
+
+
+def test_sweep_context_prompts_end_with_their_own_question():
+    from lilicorr.bench.sweep import context_prompts
+
+    got = context_prompts([[1, 2, 3], [4, 5], [6]], 7)
+    # the other prompts go before each one (as earlier turns), cut from the left: each ends with its own
+    assert got == [[3, 6, 4, 5, 1, 2, 3], [5, 1, 2, 3, 6, 4, 5], [6, 4, 5, 1, 2, 3, 6]]
+    assert context_prompts([[1, 2, 3, 4]], 2) == [[3, 4]]

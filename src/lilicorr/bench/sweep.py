@@ -46,6 +46,21 @@ def entropy_tiers(target: TargetRuntime, prompts: list[dict]) -> dict[str, str]:
     return tiers
 
 
+def context_prompts(prompts: list[list[int]], length: int) -> list[list[int]]:
+    """Each prompt brought to ``length`` tokens by putting the *other* prompts of the pool before it (as
+    earlier turns of a long conversation) and cutting from the left, so it still ends with its own
+    question. Repeating a prompt up to the length instead would hand prompt lookup a verbatim copy to
+    continue and flatter lookup-based methods; one prompt alone is repeated only when the pool is one."""
+    out = []
+    for i, p in enumerate(prompts):
+        seq, j = list(p), i + 1
+        while len(seq) < length:
+            seq = prompts[j % len(prompts)] + seq
+            j += 1
+        out.append(seq[-length:])
+    return out
+
+
 def throughput_sweep(
     target: TargetRuntime,
     arms: list[Arm],
@@ -74,8 +89,7 @@ def throughput_sweep(
         if not pool:
             continue
         for in_len in input_lens:
-            base = [row_ids(tok, p) for p in pool]
-            base = [(b * (in_len // max(1, len(b)) + 1))[:in_len] for b in base]  # repeat/trim to in_len tokens
+            base = context_prompts([row_ids(tok, p) for p in pool], in_len)
             for arm in arms:
                 bar.update()
                 key = f"sweep/{asdict(arm)}/{weights_id(arm.draft)}/{tier}/{in_len}/{concurrencies}/{max_tokens}"
