@@ -2,18 +2,9 @@
 # The SmolLM2 comparison behind docs/RESULTS.md: every shipped SmolLM2 drafter and head on MT-Bench
 # (8 categories) + HumanEval, round-robin PER_CAT prompts per category, T = 0 and 1, batch 1, in one
 # process beside AR and transformers' generate(). Run it alone on the machine (timings). Resumable.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
-L=.venv/bin/lilicorr
+source "$(dirname "$0")/eval_prompts.sh"
 OUT=${OUT:-runs/bench-smollm2}
-PER_CAT=${PER_CAT:-2}
-MAX_NEW=${MAX_NEW:-32}
 DTYPE=${DTYPE:-auto}
-mkdir -p data/prompts
-[ -f data/prompts/mt-bench.jsonl ] || $L data prompts mt-bench --out data/prompts/mt-bench.jsonl
-[ -f data/prompts/humaneval.jsonl ] || $L data prompts humaneval --out data/prompts/humaneval.jsonl
-cat data/prompts/mt-bench.jsonl data/prompts/humaneval.jsonl > data/prompts/eval-mt-bench-humaneval.jsonl
 # Quantized exports of the two main drafters (int8 W8A8 compressed-tensors, NVFP4 ModelOpt layout): their τ
 # against bf16 and their drafting cost (QUANT=0 skips them).
 QUANTIZED=()

@@ -120,10 +120,12 @@ def test_tree_budget_variants_and_pooled_sweep(tiny_target_dir, drafts):
     assert "lc@b4" not in by_name  # chains have no node budget
     run = [by_name[n] for n in ("ar", "lc:tree", "lc:tree@b4", "df:ddtree@b4")]
     sweep = {"concurrencies": [1, 2], "input_lens": [8], "max_tokens": 3, "pooled": True}
-    res = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 6, arms=run, sweep=sweep)
+    res = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 6, arms=run, sweep=sweep, paired_ar=True)
     assert all(r.get("identical_to_ar", True) for r in res["runs"])
+    assert all(r["speedup_vs_paired_ar"] > 0 for r in res["runs"] if r["arm"]["name"] != "ar")
     assert {r["tier"] for r in res["sweep"]} == {"all"} and len(res["sweep"]) == 4 * 2
     assert all(r["decode_tokens_per_s"] > 0 for r in res["sweep"])
+    assert all(("ar_tokens_per_s" in r) == (r["arm"] != "ar") for r in res["sweep"])  # each cell paired with AR
     table = sweep_speedup_table(res, "decode_tokens_per_s")
     assert "lc:tree@b4" in table and table.count("\n") == 2 + 2  # header, rule, one line per concurrency
 

@@ -157,7 +157,8 @@ def derived_table(results: dict, baselines: list[str] | None) -> str:
 
 def sweep_speedup_table(results: dict, field: str = "tokens_per_s") -> str:
     """Speedup of each arm over AR in the sweep, per input length and concurrency (geometric mean over tiers),
-    end to end (``tokens_per_s``) or decode only (``decode_tokens_per_s``)."""
+    end to end (``tokens_per_s``) or decode only (``decode_tokens_per_s``); over the AR run paired with the
+    cell where there is one (``ar_tokens_per_s``), else over the sweep's AR arm at that point."""
     import math
 
     sw = [r for r in results.get("sweep") or [] if field in r]
@@ -171,9 +172,12 @@ def sweep_speedup_table(results: dict, field: str = "tokens_per_s") -> str:
         cells = []
         for a in arms:
             ratios = [
-                r[field] / ar[(r["tier"], in_len, c)]
+                r[field] / (r[f"ar_{field}"] if f"ar_{field}" in r else ar[(r["tier"], in_len, c)])
                 for r in sw
-                if r["arm"] == a and r["input_len"] == in_len and r["concurrency"] == c and (r["tier"], in_len, c) in ar
+                if r["arm"] == a
+                and r["input_len"] == in_len
+                and r["concurrency"] == c
+                and (f"ar_{field}" in r or (r["tier"], in_len, c) in ar)
             ]
             g = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else float("nan")
             cells.append(f"{g:.2f}×")
@@ -225,7 +229,8 @@ def write_report(
                 "",
                 "Output tokens/s with that many requests decoded together (ignore_eos), per prompt tier and "
                 "input length; speedups are over AR at the same tier, input and concurrency, geometric mean over "
-                "tiers. End to end (prefill included):",
+                "tiers; with a paired AR run (`--paired-ar`) each cell is divided by AR decoding the same batch "
+                "just before it. End to end (prefill included):",
                 "",
                 sweep_speedup_table(results),
                 *(
@@ -248,7 +253,9 @@ def write_report(
             else []
         ),
         "τ = 1 + accepted / drafts (vLLM's mean acceptance length, bonus token included). Speedups are ratios "
-        "to autoregressive decoding measured in the same process on the same prompts. `:oracle` picks the "
+        'to autoregressive decoding measured in the same process on the same prompts; "vs paired AR" divides '
+        "by AR decoding each prompt just before the arm does (a shared machine's speed drifts over minutes, so "
+        "this is the ratio to trust). `:oracle` picks the "
         "target's token whenever it is in the top-K lattice: the ceiling for any walk over that lattice.",
         "",
         *[f"![{p}]({p})" for p in plots],

@@ -37,22 +37,39 @@ def run_arm(
     drafts: dict,
     references: dict[str, list[int]] | None = None,
     seed: int = 0,
+    paired_ar: bool = False,
 ) -> dict:
-    """Decode every prompt at batch 1 with one arm; per-request and pooled figures."""
+    """Decode every prompt at batch 1 with one arm; per-request and pooled figures.
+
+    ``paired_ar``: before each prompt, plain decoding of the same request is timed too, and the arm's
+    speedup is over that paired AR time. A shared CPU's speed drifts by tens of percent over minutes
+    (measured here: one SmolLM2 token 75 ms, two minutes later 47 ms), so arms timed one after the other
+    cannot be compared with one AR run made minutes earlier; prompt-by-prompt pairs can."""
     tok = target.tokenizer
-    reqs = [
-        Request(
-            row_ids(tok, p),
-            SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed + i, ignore_eos=True),
-            id=p["id"],
-            eos_ids=frozenset(target.eos_token_ids),
-        )
-        for i, p in enumerate(prompts)
-    ]
+
+    def requests() -> list[Request]:
+        return [
+            Request(
+                row_ids(tok, p),
+                SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed + i, ignore_eos=True),
+                id=p["id"],
+                eos_ids=frozenset(target.eos_token_ids),
+            )
+            for i, p in enumerate(prompts)
+        ]
+
+    reqs = requests()
     refs = {id(r): references[r.id] for r in reqs} if references else None
     engine = arm_engine(target, arm, drafts, refs)
+    ar_engine, ar_reqs, ar_s = (
+        (arm_engine(target, Arm("ar", "ar"), drafts, None), requests(), 0.0) if paired_ar else (None, [], 0.0)
+    )
     per_request, total_tokens, total_s = [], 0, 0.0
-    for p, r in zip(prompts, reqs, strict=True):
+    for i, (p, r) in enumerate(zip(prompts, reqs, strict=True)):
+        if ar_engine is not None:
+            t0 = time.perf_counter()
+            ar_engine.generate([ar_reqs[i]])
+            ar_s += time.perf_counter() - t0
         t0 = time.perf_counter()
         engine.generate([r])
         dt = time.perf_counter() - t0
@@ -75,11 +92,19 @@ def run_arm(
         by_cat.setdefault(p.get("category") or "all", SpecStats()).merge(r.stats)
         by_tier.setdefault(p.get("tier") or "all", SpecStats()).merge(r.stats)
     drafted = [x for x in per_request if x["num_drafts"]]
+    paired = {}
+    if ar_engine is not None:
+        ar_tokens = sum(len(r.output_ids) for r in ar_reqs)
+        paired = {
+            "paired_ar_tokens_per_s": round(ar_tokens / ar_s, 3),
+            "speedup_vs_paired_ar": round((total_tokens / total_s) / (ar_tokens / ar_s), 4),
+        }
     return {
         "arm": asdict(arm),
         "temperature": temperature,
         "prompts": len(prompts),
         "tokens_per_s": round(total_tokens / total_s, 3),
+        **paired,
         "total_tokens": total_tokens,
         "total_s": round(total_s, 3),
         "pooled": engine.stats.as_dict(),
@@ -130,8 +155,10 @@ def run_bench(
     sweep: dict | None = None,
     dtype: str = "float32",
     device: str = "cpu",
+    paired_ar: bool = False,
 ) -> dict:
-    """Every arm × temperature on the prompts (batch 1); optionally the throughput sweep
+    """Every arm × temperature on the prompts (batch 1; ``paired_ar``: each prompt also decoded by AR just
+    before the arm, see ``run_arm``; the sweep then pairs each cell with AR too); optionally the throughput sweep
     (``sweep = {"concurrencies": [...], "input_lens": [...], "max_tokens": n, "arms": [names] | None,
     "pooled": bool}``; pooled: one pool of all prompts instead of the three entropy tiers).
 
@@ -158,6 +185,7 @@ def run_bench(
         "max_tokens": max_tokens,
         "dtype": dtype,
         "tiers": tiers,
+        "paired_ar": paired_ar,
         "runs": [],
     }
     for temp in temperatures:
@@ -181,10 +209,13 @@ def run_bench(
             if arm.draft_sample_method == "probabilistic" and temp == 0:
                 continue  # identical to the greedy draft at T = 0
             key = f"run/{json.dumps([asdict(arm), weights_id(arm.draft)], sort_keys=True)}/T={temp}"
+            key += "/paired" if paired_ar else ""
             res = cache.get(key)
             if res is None:
                 try:
-                    res = run_arm(target, arm, prompts, temp, max_tokens, drafts, references=ar["outputs"], seed=seed)
+                    res = run_arm(
+                        target, arm, prompts, temp, max_tokens, drafts, ar["outputs"], seed, paired_ar=paired_ar
+                    )
                 except Exception as e:  # noqa: BLE001 - one broken arm must not lose the others' figures
                     results.setdefault("errors", []).append({"arm": asdict(arm), "temperature": temp, "error": repr(e)})
                     continue
@@ -208,6 +239,7 @@ def run_bench(
             sweep["input_lens"],
             {k: POOLED for k in tiers} if sweep.get("pooled") else tiers,
             cache=cache,
+            paired_ar=paired_ar,
         )
     if cache.reused:
         results["resumed"] = cache.reused
@@ -246,15 +278,17 @@ def markdown_table(results: dict) -> str:
     lines = [
         "| T | arm | τ pooled | τ per request | "
         + "".join(f"τ {c} | " for c in cats)
-        + "tokens/s | speedup vs AR | head+walk share | T=0 identical to AR |",
-        "|---|---|---|---|" + "---|" * len(cats) + "---|---|---|---|",
+        + "tokens/s | speedup vs AR | speedup vs paired AR | head+walk share | T=0 identical to AR |",
+        "|---|---|---|---|" + "---|" * len(cats) + "---|---|---|---|---|",
     ]
     for r in results["runs"]:
         by_cat = r["tau_by_category"]
         lines.append(
             f"| {r['temperature']:g} | {r['arm']['name']} | {r['pooled']['tau']:.3f} | {r['tau_mean_per_request']:.3f} "
             + "".join(f"| {by_cat.get(c, float('nan')):.3f} " for c in cats)
-            + f"| {r['tokens_per_s']:.1f} | {r.get('speedup_vs_ar', 1.0):.2f}× | {r['head_walk_share'] * 100:.1f} % | "
+            + f"| {r['tokens_per_s']:.1f} | {r.get('speedup_vs_ar', 1.0):.2f}× | "
+            + (f"{r['speedup_vs_paired_ar']:.2f}×" if "speedup_vs_paired_ar" in r else "—")
+            + f" | {r['head_walk_share'] * 100:.1f} % | "
             f"{'yes' if r.get('identical_to_ar', True) else 'NO'} |"
         )
     hf = results.get("hf_generate")

@@ -61,6 +61,22 @@ def context_prompts(prompts: list[list[int]], length: int) -> list[list[int]]:
     return out
 
 
+def measure(engine, prompts: list[list[int]], max_tokens: int) -> tuple[float, float, float]:
+    """Decode ``prompts`` as one batch (greedy, ignore_eos): tokens/s end to end (prefill included, as
+    serving benchmarks count it), tokens/s after the prefill (where speculation acts), and τ."""
+    engine.stats = SpecStats()  # τ of this batch alone
+    reqs = [Request(list(p), SamplingParams(max_tokens=max_tokens, ignore_eos=True)) for p in prompts]
+    t0 = time.perf_counter()
+    engine.add(reqs)
+    t1 = time.perf_counter()
+    first = sum(len(r.output_ids) for r in reqs)  # the prefill's own token per request
+    while engine.seqs:
+        engine.step()
+    end = time.perf_counter()
+    n = sum(len(r.output_ids) for r in reqs)
+    return n / (end - t0), (n - first) / max(end - t1, 1e-9), engine.stats.tau
+
+
 def throughput_sweep(
     target: TargetRuntime,
     arms: list[Arm],
@@ -71,11 +87,13 @@ def throughput_sweep(
     input_lens: list[int],
     tiers: dict[str, str],
     cache=None,
+    paired_ar: bool = False,
 ) -> list[dict]:
     """Greedy tokens/s of each arm at each concurrency (one batch of that many requests), per input length and tier:
     end to end (prefill included, as serving benchmarks count it) and decode only (after the prefill, where
     speculation acts). ``tiers`` maps prompt ids to a tier (``TIERS``, or ``POOLED`` for one pool).
 
+    ``paired_ar``: every cell of a speculative arm is preceded by AR at the same point (``ar_tokens_per_s``).
     ``cache`` (a ``PartCache``) keeps each finished arm × tier × input-length cell for a resumed run.
     """
     tok = target.tokenizer
@@ -93,37 +111,24 @@ def throughput_sweep(
             for arm in arms:
                 bar.update()
                 key = f"sweep/{asdict(arm)}/{weights_id(arm.draft)}/{tier}/{in_len}/{concurrencies}/{max_tokens}"
+                key += "/paired" if paired_ar and not get_method(arm.method).baseline else ""
                 done = cache.get(key) if cache is not None else None
                 if done is not None:
                     rows.extend(done)
                     continue
                 cell = []
                 engine = arm_engine(target, arm, drafts, None)
+                pair = paired_ar and not get_method(arm.method).baseline
+                ar_engine = arm_engine(target, Arm("ar", "ar"), drafts, None) if pair else None
                 for c in concurrencies:
-                    engine.stats = SpecStats()  # τ of this concurrency alone
-                    reqs = [
-                        Request(list(base[i % len(base)]), SamplingParams(max_tokens=max_tokens, ignore_eos=True))
-                        for i in range(c)
-                    ]
-                    t0 = time.perf_counter()
-                    engine.add(reqs)
-                    t1 = time.perf_counter()
-                    first = sum(len(r.output_ids) for r in reqs)  # the prefill's own token per request
-                    while engine.seqs:
-                        engine.step()
-                    dt, decode = time.perf_counter() - t0, time.perf_counter() - t1
-                    n = sum(len(r.output_ids) for r in reqs)
-                    cell.append(
-                        {
-                            "arm": arm.name,
-                            "tier": tier,
-                            "input_len": in_len,
-                            "concurrency": c,
-                            "tokens_per_s": round(n / dt, 2),
-                            "decode_tokens_per_s": round((n - first) / max(decode, 1e-9), 2),
-                            "tau": round(engine.stats.tau, 4),
-                        }
-                    )
+                    batch = [base[i % len(base)] for i in range(c)]
+                    row = {"arm": arm.name, "tier": tier, "input_len": in_len, "concurrency": c}
+                    if ar_engine is not None:  # the same point decoded by AR just before (a drifting machine)
+                        ar_tps, ar_decode, _ = measure(ar_engine, batch, max_tokens)
+                        row.update(ar_tokens_per_s=round(ar_tps, 2), ar_decode_tokens_per_s=round(ar_decode, 2))
+                    tps, decode, tau = measure(engine, batch, max_tokens)
+                    row.update(tokens_per_s=round(tps, 2), decode_tokens_per_s=round(decode, 2), tau=round(tau, 4))
+                    cell.append(row)
                 if cache is not None:
                     cache.put(key, cell)
                 rows.extend(cell)

@@ -288,6 +288,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         arms=arms,
         dtype=args.dtype,
         device=args.device,
+        paired_ar=args.paired_ar,
         sweep=None
         if args.no_sweep
         else {
@@ -510,7 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
         "target",
         nargs="?",
         default=None,
-        help="target folder (default: models/smollm2-135m-instruct with models/smollm2-lilicorr)",
+        help="target folder (default: models/smollm2-135m-instruct with models/smollm2-lilicorr in the fastest "
+        "measured configuration, lilicorr.decoding.methods.FASTEST)",
     )
     s.add_argument(
         "--speculative-config",
@@ -564,6 +566,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--sweep-max-tokens", type=int, default=32)
     s.add_argument("--no-sweep", action="store_true", help="skip the throughput sweep")
+    s.add_argument(
+        "--paired-ar",
+        action="store_true",
+        help="time plain decoding of each prompt (and each sweep point) just before the arm, and report the "
+        "speedup over that paired AR: on a shared machine whose speed drifts over minutes",
+    )
     s.add_argument(
         "--sweep-pooled",
         action="store_true",
