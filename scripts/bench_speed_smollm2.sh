@@ -12,7 +12,7 @@ OUT=${OUT:-runs/bench-speed}
 D=smollm2-dflash; LL=smollm2-lilicorr; C=smollm2-lilicorr-conv
 ARMS=(ar ngram $D $D:adaptive $D:ddtree $D:ddtree+lookup $LL $LL:adaptive $LL:tree $LL:tree@b16 $LL:ddtree@b16
   $LL:tree+lookup $C:tree+lookup ${EXTRA_ARMS:-})
-SWEEP=(ar ngram $D:adaptive $LL $LL:adaptive $LL:tree $LL:ddtree $LL:tree+lookup ${EXTRA_SWEEP:-})
+SWEEP=(ar ngram $D:adaptive $D:ddtree $LL $LL:adaptive $LL:tree $LL:tree+lookup ${EXTRA_SWEEP:-})
 $L bench --target models/smollm2-135m-instruct --draft models/$D --draft models/$LL --draft models/$C \
   --only "${ARMS[@]}" --tree-budgets 16 --paired-ar \
   --prompts data/prompts/eval-mt-bench-humaneval.jsonl --num-prompts $((9 * PER_CAT)) --max-new-tokens $MAX_NEW \
