@@ -67,29 +67,43 @@ def _varying(engine):
     return engine
 
 
-@pytest.mark.parametrize("method", ["dflash", "lilicorr"])
-def test_adaptive_greedy_identity(tiny_target, method):
+TREE9 = {"tree_budget": 9}
+
+
+@pytest.mark.parametrize(
+    "method, options", [("dflash", {}), ("lilicorr", {}), ("ddtree", TREE9), ("lilicorr-tree", TREE9)]
+)
+def test_adaptive_greedy_identity(tiny_target, method, options):
+    """Chains verify a prefix, trees a best-first subtree: the output stays the target's own."""
     prompts = _prompts(12)
     ref = [_greedy_no_cache(tiny_target.model, p, 20) for p in prompts]
-    draft = random_draft(tiny_target, lilicorr=method == "lilicorr")
-    engine = build_engine(tiny_target, SpecConfig(method=method, enable_adaptive_verification=True), draft)
+    draft = random_draft(tiny_target, lilicorr=method.startswith("lilicorr"))
+    cfg = SpecConfig(method=method, options=options, enable_adaptive_verification=True)
+    engine = build_engine(tiny_target, cfg, draft)
     assert engine.adaptive is not None and engine.adaptive.cost.base > 0  # measured at start-up
+    assert engine.adaptive.tree == bool(options) and engine.adaptive.n == (8 if options else engine.n)
     _varying(engine)
     reqs = _requests(prompts)
     for i in range(0, len(reqs), 3):
         engine.generate(reqs[i : i + 3])
     assert [r.output_ids for r in reqs] == ref
     st = engine.stats
-    assert 0 < st.num_draft_tokens < st.num_proposed_tokens  # some steps verified a shorter prefix
+    assert 0 < st.num_draft_tokens < st.num_proposed_tokens  # some steps verified a shorter prefix / smaller tree
 
 
-def test_adaptive_sampling_matches_target(small_vocab_target):
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        SpecConfig(num_speculative_tokens=3, draft_sample_method="probabilistic", enable_adaptive_verification=True),
+        SpecConfig(method="lilicorr-tree", options={"tree_budget": 7}, enable_adaptive_verification=True),
+    ],
+    ids=["chain", "tree"],
+)
+def test_adaptive_sampling_matches_target(small_vocab_target, cfg):
     draft = random_draft(small_vocab_target, lilicorr=True, block=4, k=4)
-    cfg = SpecConfig(num_speculative_tokens=3, draft_sample_method="probabilistic", enable_adaptive_verification=True)
     engine = _varying(build_engine(small_vocab_target, cfg, draft))
-    assert (
-        p_value(_joint_counts(engine), exact_distribution(small_vocab_target, SamplingParams(temperature=1.0))) > ALPHA
-    )
+    exact = exact_distribution(small_vocab_target, SamplingParams(temperature=1.0))
+    assert p_value(_joint_counts(engine), exact) > ALPHA
     st = engine.stats
     assert 0 < st.num_draft_tokens < st.num_proposed_tokens and st.num_accepted_tokens > 0
 
@@ -147,33 +161,6 @@ def test_tree_widths_sum_node_probabilities():
     t.update(torch.full((1, 4), 0.1), [[0, 2]], 4)  # node 2 (position 2) accepted, nodes 1, 3, 4 not
     assert t.reached == [1.0] * 4 and t.realised == [0.0, 1.0, 0.0, 0.0]
     assert t.calibration()[1]["rank"] == 2
-
-
-@pytest.mark.parametrize("method", ["ddtree", "lilicorr-tree"])
-def test_adaptive_tree_greedy_identity(tiny_target, method):
-    prompts = _prompts(12)
-    ref = [_greedy_no_cache(tiny_target.model, p, 20) for p in prompts]
-    draft = random_draft(tiny_target, lilicorr=method == "lilicorr-tree")
-    cfg = SpecConfig(method=method, options={"tree_budget": 9}, enable_adaptive_verification=True)
-    engine = _varying(build_engine(tiny_target, cfg, draft))
-    assert engine.adaptive.tree and engine.adaptive.n == 8
-    reqs = _requests(prompts)
-    for i in range(0, len(reqs), 3):
-        engine.generate(reqs[i : i + 3])
-    assert [r.output_ids for r in reqs] == ref
-    st = engine.stats
-    assert 0 < st.num_draft_tokens < st.num_proposed_tokens  # some steps verified a smaller tree
-
-
-def test_adaptive_tree_sampling_matches_target(small_vocab_target):
-    draft = random_draft(small_vocab_target, lilicorr=True, block=4, k=4)
-    cfg = SpecConfig(method="lilicorr-tree", options={"tree_budget": 7}, enable_adaptive_verification=True)
-    engine = _varying(build_engine(small_vocab_target, cfg, draft))
-    assert (
-        p_value(_joint_counts(engine), exact_distribution(small_vocab_target, SamplingParams(temperature=1.0))) > ALPHA
-    )
-    st = engine.stats
-    assert 0 < st.num_draft_tokens < st.num_proposed_tokens and st.num_accepted_tokens > 0
 
 
 def test_auto_tree_budget(tiny_target):
