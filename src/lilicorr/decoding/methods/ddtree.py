@@ -24,8 +24,8 @@ def tree_proposal(tree: TokenTree) -> Proposal:
 
 # With ``tree_budget: auto`` a tree of this many nodes is built and the engine verifies, each step, the
 # best-first prefix of it that maximises expected tokens per second under the measured cost curve
-# (``decoding/adaptive.py``). It bounds the search only: on the machines measured (SmolLM2, 2 CPU cores)
-# the chosen prefix stays well below it.
+# (``decoding/adaptive.py``). It bounds the search and the verify width; on SmolLM2 (2 CPU cores) a 32-token
+# verify costs ≈ 1.3–1.4× a 1-token one (benchmarks/verify_cost.py), so wider trees rarely pay.
 AUTO_TREE_CAP = 32
 
 
@@ -42,8 +42,7 @@ class TreeProposer(Proposer):
         budget = AUTO_TREE_CAP if self.auto_budget else budget
         if not isinstance(budget, int) or budget < 2:
             raise ValueError(f"tree_budget must be >= 2 (the root and one draft) or 'auto', got {budget!r}")
-        self.budget, self.topk = budget, topk
-        self.tree_budget = budget
+        self.tree_budget, self.topk = budget, topk
 
     def chains(self, d: DraftOutput) -> list[list[int] | None] | None:
         """Per row, the tokens that followed the latest earlier occurrence of its last tokens (prompt lookup,
@@ -56,7 +55,7 @@ class TreeProposer(Proposer):
 
     def propose(self, d: DraftOutput, temperature: torch.Tensor, uniforms: torch.Tensor, timer: StageTimer) -> Proposal:
         with timer.stage("walk"):
-            return tree_proposal(build_tree(d.logits, d.anchor_tokens, self.budget, self.topk, self.chains(d)))
+            return tree_proposal(build_tree(d.logits, d.anchor_tokens, self.tree_budget, self.topk, self.chains(d)))
 
 
 class LatticeTreeProposer(TreeProposer):
@@ -77,7 +76,7 @@ class LatticeTreeProposer(TreeProposer):
     def propose(self, d: DraftOutput, temperature: torch.Tensor, uniforms: torch.Tensor, timer: StageTimer) -> Proposal:
         ids, lp, scores = self.lattice.lattice(d, timer)
         with timer.stage("walk"):
-            return tree_proposal(build_lattice_tree(ids, lp, scores, d.anchor_tokens, self.budget, self.chains(d)))
+            return tree_proposal(build_lattice_tree(ids, lp, scores, d.anchor_tokens, self.tree_budget, self.chains(d)))
 
 
 BUDGET = Option(
