@@ -60,7 +60,7 @@ def main() -> None:
 
         def bare(ids=ids):
             model(input_ids=ids, past_key_values=cache, use_cache=True).logits.float()
-            cache.crop(args.context)
+            cache.crop(-n)
 
         def chain(ids=ids, n=n):
             target.forward(state, ids, want_taps=True)

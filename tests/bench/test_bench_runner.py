@@ -116,7 +116,7 @@ def test_tree_budget_variants_and_pooled_sweep(tiny_target_dir, drafts):
 
     arms = with_tree_budgets(default_arms(drafts), [4])
     by_name = {a.name: a for a in arms}
-    assert by_name["lc:tree@b4"].options == {"tree_budget": 4} and by_name["lc:tree"].options == {}
+    assert by_name["lc:tree@b4"].options == {"tree_budget": 4} and by_name["lc:tree"].options == {"tree_budget": "auto"}
     assert "lc@b4" not in by_name  # chains have no node budget
     run = [by_name[n] for n in ("ar", "lc:tree", "lc:tree@b4", "df:ddtree@b4")]
     sweep = {"concurrencies": [1, 2], "input_lens": [8], "max_tokens": 3, "pooled": True}

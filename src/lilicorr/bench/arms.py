@@ -1,7 +1,7 @@
 """The arms a benchmark compares: a name, a registered method, a drafter folder and vLLM's options.
 
 Every arm's engine comes from the methods registry (``arm_engine``), like generate's and serve's.
-Tree arms use the registry's default node budget (``auto``: pruned each step by the measured cost curve);
+Tree arms run the ``auto`` node budget (pruned each step by the measured cost curve);
 ``with_tree_budgets`` adds fixed budgets (``name@bN``) for comparisons at equal budget.
 """
 
@@ -30,7 +30,7 @@ class Arm:
 
 
 # ``+lookup`` trees also graft the prompt-lookup continuation (the ``ngram`` method's, same keys and values)
-LOOKUP = {"prompt_lookup_max": 4, "prompt_lookup_min": 1}
+LOOKUP = {"tree_budget": "auto", "prompt_lookup_max": 4, "prompt_lookup_min": 1}
 
 
 def default_arms(drafts: list[str]) -> list[Arm]:
@@ -49,12 +49,12 @@ def default_arms(drafts: list[str]) -> list[Arm]:
             arms.append(Arm(f"{label}:prob", "lilicorr", d, draft_sample_method="probabilistic"))
             arms.append(Arm(f"{label}:adaptive", "lilicorr", d, enable_adaptive_verification=True))
             # trees on this one backbone (the head's conditionals × the marginals vs the marginals alone)
-            arms.append(Arm(f"{label}:tree", "lilicorr-tree", d))
-            arms.append(Arm(f"{label}:ddtree", "ddtree", d))
+            arms.append(Arm(f"{label}:tree", "lilicorr-tree", d, options={"tree_budget": "auto"}))
+            arms.append(Arm(f"{label}:ddtree", "ddtree", d, options={"tree_budget": "auto"}))
             arms.append(Arm(f"{label}:tree+lookup", "lilicorr-tree", d, options=dict(LOOKUP)))
         else:
             arms.append(Arm(f"{label}", "dflash", d))
-            arms.append(Arm(f"{label}:ddtree", "ddtree", d))  # training-free tree over the same marginals
+            arms.append(Arm(f"{label}:ddtree", "ddtree", d, options={"tree_budget": "auto"}))  # training-free
             arms.append(Arm(f"{label}:ddtree+lookup", "ddtree", d, options=dict(LOOKUP)))
             arms.append(Arm(f"{label}:prob", "dflash", d, draft_sample_method="probabilistic"))
             arms.append(Arm(f"{label}:adaptive", "dflash", d, enable_adaptive_verification=True))

@@ -42,7 +42,7 @@ def add_method_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="proposal method. Default with --draft alone (no method option, draft length or sampling chosen): "
         "the fastest lossless configuration measured (lilicorr.decoding.methods.FASTEST: a LiLiCorr folder runs "
-        "lilicorr-tree with the auto budget and the prompt-lookup graft, a DFlash folder ddtree likewise, an arm "
+        "lilicorr-tree with 16 nodes and the prompt-lookup graft, a DFlash folder ddtree likewise, an arm "
         "folder its arm); with any of those chosen, what the folder is (vLLM's rule); ar without --draft. "
         f"{lines}",
     )

@@ -79,9 +79,10 @@ class LatticeTreeProposer(TreeProposer):
             return tree_proposal(build_lattice_tree(ids, lp, scores, d.anchor_tokens, self.tree_budget, self.chains(d)))
 
 
+# Default 16: measured faster than ``auto`` on SmolLM2 (docs/results-speed_notes.md, "Auto budget").
 BUDGET = Option(
     "tree_budget",
-    AUTO,
+    16,
     "tree nodes verified per step, the pending token included; auto: each step the best-first prefix "
     f"(up to {AUTO_TREE_CAP}) that pays for its measured verify cost",
     auto=True,
