@@ -58,7 +58,7 @@ def main() -> None:
     for n in args.widths:
         ids = torch.randint(5, 1000, (1, n), generator=g)
 
-        def bare(ids=ids):
+        def bare(ids=ids, n=n):
             model(input_ids=ids, past_key_values=cache, use_cache=True).logits.float()
             cache.crop(-n)
 
