@@ -65,3 +65,17 @@ def test_shipped_smollm2_drafters_are_lossless_at_t0(smollm2):
                 method,
                 engine.stats.tau,
             )  # trained: drafts do get accepted (random: 1.0)
+
+
+def test_the_default_configuration_is_lossless_on_smollm2(smollm2):
+    """`generate --draft` / `make run` / `serve`'s default (methods.FASTEST: the LiLiCorr tree with the
+    prompt-lookup graft) gives the target's own greedy text on the real target (fp32), batch 1 and 2."""
+    from lilicorr.decoding.methods import FASTEST, build_engine
+
+    target, drafts = smollm2
+    ref = SpecEngine(target).generate(_reqs(target))
+    method, options = FASTEST["lilicorr"]
+    engine = build_engine(target, SpecConfig(method=method, options=dict(options)), drafts["smollm2-lilicorr"])
+    reqs = engine.generate(_reqs(target)[:1]) + engine.generate(_reqs(target)[1:3]) + engine.generate(_reqs(target)[3:])
+    assert [r.output_ids for r in reqs] == [r.output_ids for r in ref]
+    assert engine.stats.tau > 1.3, engine.stats.tau
