@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lilicorr.decoding.engine import SpecConfig, SpecEngine
-from lilicorr.decoding.methods import build_engine, get_method
+from lilicorr.decoding.methods import LOOKUP_ON, build_engine, get_method
 from lilicorr.models.arms import arm_kind
 from lilicorr.target.runtime import TargetRuntime
 
@@ -30,7 +30,7 @@ class Arm:
 
 
 # ``+lookup`` trees also graft the prompt-lookup continuation (the ``ngram`` method's, same keys and values)
-LOOKUP = {"tree_budget": "auto", "prompt_lookup_max": 4, "prompt_lookup_min": 1}
+LOOKUP = {"tree_budget": "auto", **LOOKUP_ON}
 
 
 def default_arms(drafts: list[str]) -> list[Arm]:

@@ -110,15 +110,15 @@ def throughput_sweep(
             base = context_prompts([row_ids(tok, p) for p in pool], in_len)
             for arm in arms:
                 bar.update()
+                pair = paired_ar and not get_method(arm.method).baseline
                 key = f"sweep/{asdict(arm)}/{weights_id(arm.draft)}/{tier}/{in_len}/{concurrencies}/{max_tokens}"
-                key += "/paired" if paired_ar and not get_method(arm.method).baseline else ""
+                key += "/paired" if pair else ""
                 done = cache.get(key) if cache is not None else None
                 if done is not None:
                     rows.extend(done)
                     continue
                 cell = []
                 engine = arm_engine(target, arm, drafts, None)
-                pair = paired_ar and not get_method(arm.method).baseline
                 ar_engine = arm_engine(target, Arm("ar", "ar"), drafts, None) if pair else None
                 for c in concurrencies:
                     batch = [base[i % len(base)] for i in range(c)]

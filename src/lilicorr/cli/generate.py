@@ -51,9 +51,11 @@ def add_method_args(p: argparse.ArgumentParser) -> None:
         for o in METHODS[m].options:
             if o.key not in seen:
                 seen.add(o.key)
-                users = ", ".join(x for x in method_names() if o in METHODS[x].options)
+                # methods may share a key (ngram and the trees: prompt_lookup_*) with their own defaults
+                defaults = {x: d.default for x in method_names() for d in METHODS[x].options if d.key == o.key}
+                shown = ", ".join(f"{x} {v}" for x, v in defaults.items())
                 flag = "--" + o.key.replace("_", "-")
-                p.add_argument(flag, type=o.parse, default=None, help=f"{users}: {o.help} (default {o.default})")
+                p.add_argument(flag, type=o.parse, default=None, help=f"{o.help} (default: {shown})")
 
 
 def method_options(args: argparse.Namespace) -> dict[str, int | str]:

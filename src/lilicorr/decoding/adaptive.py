@@ -132,13 +132,18 @@ class AdaptiveWidth:
     def update(self, conf: torch.Tensor, paths: list[list[int]], width: int) -> None:
         """Per row, from its accepted path (verify positions, 0 = the pending token): every position or
         node it reached gets reached += 1, predicted += confidence, realised += on the path."""
+        b, n = conf.shape
+        pos = torch.arange(n)[None]  # [1, n]
+        # a tree node is reached whenever verified; a chain position one past its accepted prefix at most
+        ends = torch.tensor([width if self.tree else min(width, len(p)) for p in paths])[:, None]
+        reached = pos < ends  # [batch, n]
+        on_path = torch.zeros(b, n + 1, dtype=torch.bool)
         for row, path in enumerate(paths):
-            on_path = set(path[1:])
-            reached = width if self.tree else min(width, len(path))  # a chain reaches one past its accepted
-            for j in range(reached):
-                self.reached[j] += 1.0
-                self.predicted[j] += float(conf[row, j])
-                self.realised[j] += 1.0 if j + 1 in on_path else 0.0
+            on_path[row, path] = True
+        on_path = on_path[:, 1:] & reached  # [batch, n]: node / position j is verify position j + 1
+        for acc, add in ((self.reached, reached), (self.predicted, conf.double() * reached), (self.realised, on_path)):
+            for j, v in enumerate(add.sum(0).tolist()):
+                acc[j] += float(v)
 
     def calibration(self) -> list[dict]:
         """Per position (tree: rank): steps that reached it, the mean confidence there, realised acceptance."""

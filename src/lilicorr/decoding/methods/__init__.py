@@ -159,9 +159,10 @@ def method_for_draft(draft: DraftModel | None, draft_dir: str | Path | None) -> 
 # ``method: "dflash"``) stays vLLM's rule: the folder decides (``method_for_draft``).
 # Measured (T = 0, batch 1, paired with AR): lilicorr-tree + lookup at 16 nodes 1.25×, at the auto budget
 # 1.14×; ddtree + lookup (DFlash drafter, auto budget) 1.19×; chains 0.85–0.92×.
+LOOKUP_ON = {"prompt_lookup_max": 4, "prompt_lookup_min": 1}  # the trees' lookup graft as measured: ngram's defaults
 FASTEST: dict[str, tuple[str, dict[str, int | str]]] = {
-    "lilicorr": ("lilicorr-tree", {"tree_budget": 16, "prompt_lookup_max": 4, "prompt_lookup_min": 1}),
-    "dflash": ("ddtree", {"tree_budget": 16, "prompt_lookup_max": 4, "prompt_lookup_min": 1}),
+    "lilicorr": ("lilicorr-tree", {"tree_budget": 16, **LOOKUP_ON}),
+    "dflash": ("ddtree", {"tree_budget": 16, **LOOKUP_ON}),
 }
 
 

@@ -9,7 +9,7 @@ import torch
 
 from lilicorr.decoding.methods import AUTO, BuildContext, Method, Option, register
 from lilicorr.decoding.methods.lilicorr import LiLiCorrProposer, lilicorr_head
-from lilicorr.decoding.methods.ngram import lookup
+from lilicorr.decoding.methods.ngram import lookup_request
 from lilicorr.decoding.proposal import DraftOutput, Proposal, Proposer
 from lilicorr.decoding.stats import StageTimer
 from lilicorr.decoding.tree import TokenTree, build_lattice_tree, build_tree
@@ -51,7 +51,7 @@ class TreeProposer(Proposer):
             return None
         k_max, k_min = self.lookup
         n = d.logits.shape[1]
-        return [lookup(r.prompt_ids + r.output_ids, n, k_max, k_min, pad=False) for r in d.requests]
+        return [lookup_request(r, n, k_max, k_min, pad=False) for r in d.requests]
 
     def propose(self, d: DraftOutput, temperature: torch.Tensor, uniforms: torch.Tensor, timer: StageTimer) -> Proposal:
         with timer.stage("walk"):
@@ -96,7 +96,7 @@ LOOKUP = (
         "trees: also graft the prompt-lookup continuation of the last k ≤ this many tokens as a branch (0: off)",
         minimum=0,
     ),
-    Option("prompt_lookup_min", 2, "trees: shortest suffix the prompt lookup matches"),
+    Option("prompt_lookup_min", 1, "trees: shortest suffix the prompt lookup matches"),
 )
 
 

@@ -30,6 +30,11 @@ def lookup(history: list[int], n: int, k_max: int, k_min: int, pad: bool = True)
     return None
 
 
+def lookup_request(request, n: int, k_max: int, k_min: int, pad: bool = True) -> list[int] | None:
+    """``lookup`` over a request's prompt + output so far (which ends with its pending token)."""
+    return lookup(request.prompt_ids + request.output_ids, n, k_max, k_min, pad)
+
+
 class NgramProposer(Proposer):
     name = "ngram"
     needs_draft = False  # no drafter model: the engine skips the draft pass and the context cache
@@ -48,8 +53,7 @@ class NgramProposer(Proposer):
         with timer.stage("walk"):
             rows = []
             for req, pending in zip(d.requests or [], d.anchor_tokens.tolist(), strict=True):
-                history = req.prompt_ids + req.output_ids  # ends with the pending token
-                rows.append(lookup(history, self.n, self.k_max, self.k_min) or [pending] * self.n)
+                rows.append(lookup_request(req, self.n, self.k_max, self.k_min) or [pending] * self.n)
             return self.one_hot_chain(torch.tensor(rows, dtype=torch.long))  # [batch, n]
 
 
