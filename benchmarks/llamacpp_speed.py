@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from lilicorr.bench.llamacpp import LlamaServer, pooled
+from lilicorr.bench.llamacpp import LlamaServer, chat, pooled
 from lilicorr.bench.runner import environment
 from lilicorr.checkpoint import load_draft
 from lilicorr.cli.main import main as cli
@@ -69,7 +69,7 @@ def main() -> int:
         for d in (SHIPPED_DFLASH, SHIPPED_DRAFT)
     ]:
         with LlamaServer(SHIPPED_TARGET + ".gguf", draft, threads=args.threads) as server:
-            answers = [server.chat(r, args.max_tokens) for r in prompts]
+            answers = [chat(server, r, args.max_tokens) for r in prompts]
         stats = pooled(answers)
         texts = [a.text for a in answers]
         llama_ar = llama_ar or texts

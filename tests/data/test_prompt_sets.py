@@ -9,6 +9,7 @@ from lilicorr.data.prompt_sets import (
     read_mt_bench,
     read_prompt_rows,
     read_sharegpt,
+    read_sharegpt_later_turns,
 )
 
 
@@ -45,6 +46,34 @@ def test_sharegpt_decontamination(tmp_path):
     path.write_text(json.dumps(records))
     rows = read_sharegpt(path, exclude=[mt])
     assert [r["id"] for r in rows] == ["sharegpt-c2"]  # exact, containing (case/space-insensitive), too short
+
+
+def test_sharegpt_later_turns_carry_the_conversation_and_its_answers(tmp_path):
+    mt = "Compose an engaging travel blog post about a recent trip to Hawaii, highlighting cultural experiences."
+    turns = ["first question?", "answer one", "second question?", "answer two", "third question?"]
+    records = [
+        {"id": "a", "conversations": [{"from": ("human", "gpt")[k % 2], "value": v} for k, v in enumerate(turns)]},
+        # an evaluation prompt in turn 2 ends the conversation there: later turns would carry it
+        {"id": "b", "conversations": [{"from": f, "value": v} for f, v in
+                                      [("human", "hello there"), ("gpt", "hi"), ("human", mt), ("gpt", "x"),
+                                       ("human", "more please")]]},  # fmt: skip
+        # roles out of alternation end it too
+        {"id": "c", "conversations": [{"from": "human", "value": "question one?"}, {"from": "human", "value": "question two?"}]},
+    ]
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(records))
+    first = read_sharegpt(path, exclude=[mt])
+    assert [r["id"] for r in first] == ["sharegpt-a", "sharegpt-b", "sharegpt-c"]
+    assert first[0]["answer"] == "answer one" and "answer" not in first[2]
+    later = read_sharegpt_later_turns(path, exclude=[mt])
+    assert [r["id"] for r in later] == ["sharegpt-a-t1", "sharegpt-a-t2"]
+    assert later[0]["messages"] == [
+        {"role": "user", "content": "first question?"},
+        {"role": "assistant", "content": "answer one"},
+        {"role": "user", "content": "second question?"},
+    ]
+    assert later[0]["answer"] == "answer two" and "answer" not in later[1]  # the last turn has no reply
+    assert len(later[1]["messages"]) == 5
 
 
 def test_iter_json_array_edge_cases():

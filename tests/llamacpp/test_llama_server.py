@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lilicorr.bench.llamacpp import LLAMA_SERVER, LlamaServer, pooled
+from lilicorr.bench.llamacpp import LLAMA_SERVER, LlamaServer, chat, pooled
 from lilicorr.shipped import SHIPPED_DFLASH, SHIPPED_DRAFT, SHIPPED_TARGET
 
 TARGET_GGUF = Path(SHIPPED_TARGET + ".gguf")
@@ -29,7 +29,7 @@ def ar_answers(prompts):
     assert LLAMA_SERVER.exists(), f"{LLAMA_SERVER} missing: run `make llamacpp`"
     assert TARGET_GGUF.exists(), f"{TARGET_GGUF} missing: run `make target`"
     with LlamaServer(TARGET_GGUF, log="runs/llamacpp-check-ar.log") as server:
-        return [server.chat(row, MAX_TOKENS) for row in prompts]
+        return [chat(server, row, MAX_TOKENS) for row in prompts]
 
 
 @pytest.mark.parametrize("drafter", [SHIPPED_DFLASH, SHIPPED_DRAFT], ids=["dflash", "lilicorr-backbone"])
@@ -39,7 +39,7 @@ def test_drafter_in_llama_server_keeps_the_text(drafter, prompts, ar_answers, tm
     gguf = tmp_path / (Path(drafter).name + ".gguf")
     assert main(["export", "--format", "gguf", drafter, "--target", SHIPPED_TARGET, "--out", str(gguf)]) == 0
     with LlamaServer(TARGET_GGUF, gguf, log=f"runs/llamacpp-check-{Path(drafter).name}.log") as server:
-        answers = [server.chat(row, MAX_TOKENS) for row in prompts]
+        answers = [chat(server, row, MAX_TOKENS) for row in prompts]
     same = [a.text == b.text for a, b in zip(ar_answers, answers, strict=True)]
     stats = pooled(answers)
     with capsys.disabled():

@@ -1,5 +1,6 @@
 import json
 
+import pytest
 import torch
 
 from lilicorr.training.regenerate import RegenConfig, load_regenerated, regenerate
@@ -21,7 +22,8 @@ def test_chat_rows_are_templated_padded_and_masked(tiny_target_dir, tmp_path):
         out=str(out),
         num_sequences=8,
         new_tokens=12,
-        batch_size=4,
+        shard_size=4,
+        concurrency=3,
         prompts=str(prompts),
         max_prompt_tokens=64,
     )
@@ -42,3 +44,73 @@ def test_chat_rows_are_templated_padded_and_masked(tiny_target_dir, tmp_path):
     before = out.read_bytes()
     regenerate(cfg)
     assert out.read_bytes() == before and torch.equal(load_regenerated(out)["tokens"], data["tokens"])
+
+
+def _chat_prompts(tmp_path, n: int, answers: bool = False):
+    rows = []
+    for i in range(n):
+        row = {"id": i, "messages": [{"role": "user", "content": f"def f{i}(x):" + " y" * i}]}
+        if answers:
+            row["answer"] = f"return x + {i}" + " z" * i
+        rows.append(row)
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows, path
+
+
+def test_interrupted_run_resumes_from_its_shards_and_manifest(tiny_target_dir, tmp_path):
+    """A cut run leaves whole shards only; the rerun answers the missing ones alone and writes the same data."""
+    _, prompts = _chat_prompts(tmp_path, 10)
+    out = tmp_path / "regen.safetensors"
+    cfg = RegenConfig(target=str(tiny_target_dir), out=str(out), num_sequences=10, new_tokens=10,
+                      shard_size=4, concurrency=4, prompts=str(prompts), max_prompt_tokens=64)  # fmt: skip
+    regenerate(cfg)
+    full = load_regenerated(out)
+    shards = tmp_path / "regen.safetensors.shards"
+    manifest = json.loads((shards / "manifest.json").read_text())
+    assert sorted(manifest["shards"]) == ["00000", "00001", "00002"]
+    assert [manifest["shards"][k]["rows"] for k in sorted(manifest["shards"])] == [4, 4, 2]
+    assert sum(v["answer_tokens"] for v in manifest["shards"].values()) == int(full["loss_mask"].sum())
+    assert all(v["engine"] == "native" for v in manifest["shards"].values())
+    # the session was cut after shard 0: shards 1 and 2 are gone, shard 0 must not be recomputed
+    (shards / "00001.safetensors").unlink()
+    (shards / "00002.safetensors").unlink()
+    stamp = (shards / "00000.safetensors").stat().st_mtime_ns
+    regenerate(cfg)
+    assert (shards / "00000.safetensors").stat().st_mtime_ns == stamp
+    again = load_regenerated(out)
+    for k in ("tokens", "loss_mask", "sampled"):
+        assert torch.equal(again[k], full[k]), k  # seeded rows: the same answers, greedy and sampled
+    # a run over other prompts into the same shard folder is refused, naming the folder
+    cfg.new_tokens = 11
+    with pytest.raises(ValueError, match="manifest.json"):
+        regenerate(cfg)
+
+
+def test_fixed_engine_stores_the_rows_own_answers(tiny_target_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    from lilicorr.data.chat import row_ids
+
+    rows, prompts = _chat_prompts(tmp_path, 5, answers=True)
+    out = tmp_path / "fixed.safetensors"
+    cfg = RegenConfig(target=str(tiny_target_dir), out=str(out), num_sequences=5, new_tokens=6, shard_size=2,
+                      prompts=str(prompts), max_prompt_tokens=64, engine="fixed")  # fmt: skip
+    meta = regenerate(cfg)
+    data = load_regenerated(out)
+    tok = AutoTokenizer.from_pretrained(tiny_target_dir)
+    eos = tok.eos_token_id
+    for i, row in enumerate(rows):
+        ids = row_ids(tok, row)
+        answer = (tok.encode(row["answer"], add_special_tokens=False) + [eos])[:6]
+        n = len(ids) + len(answer)
+        assert data["tokens"][i, len(ids) : n].tolist() == answer
+        assert data["loss_mask"][i].nonzero().flatten().tolist() == list(range(len(ids), n))
+    assert meta["engines"] == ["fixed"]
+    # a prompts file without answers cannot feed the fixed engine: the error names the field
+    _, bare = _chat_prompts(tmp_path / "bare", 2) if (tmp_path / "bare").mkdir() is None else (None, None)
+    cfg = RegenConfig(target=str(tiny_target_dir), out=str(tmp_path / "f2.safetensors"), num_sequences=2,
+                      new_tokens=6, prompts=str(bare), max_prompt_tokens=64, engine="fixed")  # fmt: skip
+    with pytest.raises(ValueError, match="'answer'"):
+        regenerate(cfg)
+    assert not (tmp_path / "f2.safetensors").exists()

@@ -47,31 +47,19 @@ def _cmd_data_corpus(args: argparse.Namespace) -> int:
 
 
 def _cmd_data_regenerate(args: argparse.Namespace) -> int:
+    import dataclasses
+
     import torch
 
     from lilicorr.data.corpus import ensure_corpus
+    from lilicorr.training.options import from_args
     from lilicorr.training.regenerate import RegenConfig, regenerate
 
     torch.set_num_threads(args.threads)
-    meta = regenerate(
-        RegenConfig(
-            target=args.target,
-            corpus=str(ensure_corpus(Path(args.corpus))),  # built on first use, as for bench
-            out=args.out,
-            num_sequences=args.num_sequences,
-            prompt_tokens=args.prompt_tokens,
-            new_tokens=args.new_tokens,
-            batch_size=args.batch_size,
-            sampled_fraction=args.sampled_fraction,
-            seed=args.seed,
-            prompts=args.prompts,
-            max_prompt_tokens=args.max_prompt_tokens,
-            dtype=args.dtype,
-            device=args.device,
-            shards=args.shards,
-        )
-    )
-    print(json.dumps(meta, indent=2))
+    cfg = from_args(RegenConfig, args)
+    if cfg.prompts is None:  # corpus windows: the corpus is built on first use, as for bench
+        cfg = dataclasses.replace(cfg, corpus=str(ensure_corpus(Path(cfg.corpus))))
+    print(json.dumps(regenerate(cfg), indent=2))
     return 0
 
 
@@ -392,6 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
     from lilicorr.cli.generate import add_device_arg, add_dtype_arg, add_generate_args
     from lilicorr.decoding.methods import COMMON_KEYS, method_names, option_keys
     from lilicorr.training.draft import DraftTrainConfig
+    from lilicorr.data.prompt_sets import SETS
+    from lilicorr.training.regenerate import RegenConfig
     from lilicorr.training.options import add_options
 
     p = argparse.ArgumentParser(prog="lilicorr", description="LiLiCorr speculative decoding toolkit")
@@ -406,28 +396,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--manifest-copy", default=None, help="also write the manifest here (committed)")
     s.set_defaults(func=_cmd_data_corpus)
 
-    s = data.add_parser("regenerate", help="drafter training data: corpus prompts continued by the target")
-    s.add_argument("--target", required=True)
-    s.add_argument("--corpus", default="data/corpus")
-    s.add_argument("--out", required=True, help="output .safetensors (shards beside it make it resumable)")
-    s.add_argument("--num-sequences", type=int, default=2048)
-    s.add_argument("--prompt-tokens", type=int, default=64)
-    s.add_argument("--new-tokens", type=int, default=192)
-    s.add_argument("--batch-size", type=int, default=32)
-    s.add_argument("--sampled-fraction", type=float, default=0.5)
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--threads", type=int, default=2)
-    s.add_argument("--prompts", default=None, help="prompts JSONL (chat rows, e.g. from `data prompts sharegpt`)")
-    s.add_argument("--max-prompt-tokens", type=int, default=256, help="chat rows: skip longer templated prompts")
-    s.add_argument("--shards", default=None, help="shard folder (default: OUT.shards); shared by runs of any size")
-    s.add_argument(
-        "--dtype", default="float32", choices=["float32", "bfloat16"], help="target weights while generating"
-    )
-    add_device_arg(s)
+    s = data.add_parser("regenerate", help="drafter training data: prompts answered by the target (or fixed answers)")
+    add_options(s, RegenConfig)
     s.set_defaults(func=_cmd_data_regenerate)
 
     s = data.add_parser("prompts", help="write a real prompt set as chat rows {id, category, messages}")
-    s.add_argument("set", choices=["sharegpt", "mt-bench", "humaneval"])
+    s.add_argument("set", choices=list(SETS))
     s.add_argument("--out", required=True)
     s.add_argument("--limit", type=int, default=0, help="first N rows only (0: all)")
     s.set_defaults(func=_cmd_data_prompts)

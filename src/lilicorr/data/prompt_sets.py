@@ -4,7 +4,11 @@
   LiLiCorr paper report);
 - ``humaneval``: the 164 HumanEval problems, asking the model to complete the function;
 - ``sharegpt``: the first human turn of ShareGPT V3 conversations (what DFlash/EAGLE drafters train
-  on and what ``vllm bench serve`` replays), minus any prompt that appears in the evaluation sets.
+  on and what ``vllm bench serve`` replays), minus any prompt that appears in the evaluation sets;
+- ``sharegpt-turns``: the later human turns, each with the conversation before it as context.
+
+ShareGPT rows carry ShareGPT's own reply as ``answer`` (fixed-answer training data,
+``data regenerate --engine fixed``); prompt-only users ignore it.
 
 The ShareGPT JSON inside its wheel is truncated mid-record, so it is read record by record and the
 cut-off tail is dropped instead of failing the whole file.
@@ -18,7 +22,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-SETS = ("sharegpt", "mt-bench", "humaneval")
+SETS = ("sharegpt", "sharegpt-turns", "mt-bench", "humaneval")
 
 
 def _normalise(text: str) -> str:
@@ -86,30 +90,50 @@ def read_humaneval(path: Path) -> list[dict]:
     return rows
 
 
-def read_sharegpt(path: Path, exclude: list[str] | None = None, min_chars: int = 8) -> list[dict]:
-    """First human turn of each conversation; prompts equal to or containing an ``exclude`` text are dropped."""
+ROLE_OF = {"human": "user", "gpt": "assistant"}
+
+
+def sharegpt_turns(path: Path, exclude: list[str] | None = None, min_chars: int = 8) -> Iterator[tuple[int, dict]]:
+    """(turn number, row) for every human turn of ShareGPT, in file order.
+
+    The row's ``messages`` are the conversation up to and including that human turn (earlier answers are
+    ShareGPT's own, as in SpecForge's multi-turn regeneration) and ``answer`` is ShareGPT's reply to it,
+    when there is one (for fixed-answer training data). A conversation stops at the first turn that is
+    not human/gpt in alternation; prompts equal to or containing an ``exclude`` text are dropped."""
     text = Path(path).read_text(encoding="utf-8", errors="replace")
     banned = {_normalise(e) for e in exclude or []}
     long_banned = [b for b in banned if len(b) >= 40]
-    rows = []
-    for rec in iter_json_array(text):
+    for n_rec, rec in enumerate(iter_json_array(text)):
         conv = rec.get("conversations") or []
-        if not conv or conv[0].get("from") != "human":
-            continue
-        content = conv[0].get("value") or ""
-        if len(content.strip()) < min_chars:
-            continue
-        norm = _normalise(content)
-        if norm in banned or any(b in norm for b in long_banned):
-            continue
-        rows.append(
-            {
-                "id": f"sharegpt-{rec.get('id', len(rows))}",
-                "category": "sharegpt",
-                "messages": [{"role": "user", "content": content}],
-            }
-        )
-    return rows
+        messages: list[dict] = []
+        for k, turn in enumerate(conv):
+            role = ROLE_OF.get(turn.get("from"))
+            if role != ("user", "assistant")[k % 2]:
+                break
+            content = turn.get("value") or ""
+            messages.append({"role": role, "content": content})
+            if role == "assistant":
+                continue
+            norm = _normalise(content)
+            if len(content.strip()) < min_chars or norm in banned or any(b in norm for b in long_banned):
+                break  # the later turns would carry this prompt as context
+            row = {"id": f"sharegpt-{rec.get('id', n_rec)}", "category": "sharegpt", "messages": list(messages)}
+            nxt = conv[k + 1] if k + 1 < len(conv) else {}
+            if nxt.get("from") == "gpt" and (nxt.get("value") or "").strip():
+                row["answer"] = nxt["value"]
+            if k:
+                row["id"] += f"-t{k // 2}"
+            yield k // 2, row
+
+
+def read_sharegpt(path: Path, exclude: list[str] | None = None, min_chars: int = 8) -> list[dict]:
+    """First human turn of each conversation (with ShareGPT's answer as ``answer``)."""
+    return [row for turn, row in sharegpt_turns(path, exclude, min_chars) if turn == 0]
+
+
+def read_sharegpt_later_turns(path: Path, exclude: list[str] | None = None, min_chars: int = 8) -> list[dict]:
+    """Every later human turn, with the conversation before it as context."""
+    return [row for turn, row in sharegpt_turns(path, exclude, min_chars) if turn > 0]
 
 
 def evaluation_texts() -> list[str]:
@@ -134,6 +158,8 @@ def load_set(name: str) -> list[dict]:
         return read_humaneval(fetch("humaneval"))
     if name == "sharegpt":
         return read_sharegpt(fetch("sharegpt"), exclude=evaluation_texts())
+    if name == "sharegpt-turns":
+        return read_sharegpt_later_turns(fetch("sharegpt"), exclude=evaluation_texts())
     raise ValueError(f"prompt set {name!r}: expected one of {SETS}")
 
 

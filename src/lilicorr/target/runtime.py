@@ -64,6 +64,31 @@ def resolve_device(device: str) -> str:
 
 
 # -- hole-tolerant KV caches: one rule for the target's cache and the drafter's context cache -----
+def eos_ids(generation_config, config, tokenizer) -> set[int]:
+    """A target's end-of-answer ids: the generation config's eos (one id or a list), else the model
+    config's, plus the tokenizer's."""
+    eos = generation_config.eos_token_id if generation_config else None
+    eos = eos if eos is not None else config.eos_token_id
+    ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
+
+
+def folder_tokenizer_and_eos(path: str | Path):
+    """Tokenizer and eos ids of a target folder without loading its weights (for the data tools)."""
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    path = Path(path)
+    _check_folder(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    try:
+        gen = GenerationConfig.from_pretrained(path)
+    except OSError:  # no generation_config.json
+        gen = None
+    return tokenizer, frozenset(eos_ids(gen, AutoConfig.from_pretrained(path), tokenizer))
+
+
 def should_compact(valid: torch.Tensor, live_max: int) -> bool:
     """Compact once a cache is over 64 columns and more than half holes (amortised: O(1) per token)."""
     return valid.shape[1] > 64 and valid.shape[1] > 2 * live_max
@@ -212,12 +237,7 @@ class TargetRuntime:
 
     @property
     def eos_token_ids(self) -> set[int]:
-        eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
-        eos = eos if eos is not None else self.model.config.eos_token_id
-        ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        if self.tokenizer.eos_token_id is not None:
-            ids.add(self.tokenizer.eos_token_id)
-        return ids
+        return eos_ids(self.model.generation_config, self.model.config, self.tokenizer)
 
     # -- cache ------------------------------------------------------------------------------------
     def new_state(self, batch_size: int) -> CacheState:

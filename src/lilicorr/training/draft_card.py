@@ -36,17 +36,10 @@ def train_command(tc: dict) -> str:
 
 def _data_command(dc: dict) -> str:
     """The ``lilicorr data regenerate`` command recorded in a data file's provenance."""
-    parts = [f"lilicorr data regenerate --target {dc['target']} --out {dc['out']}"]
-    if dc.get("prompts"):
-        parts.append(
-            f"--prompts {dc['prompts']} --max-prompt-tokens {dc['max_prompt_tokens']} --new-tokens {dc['new_tokens']}"
-        )
-    parts.append(f"--num-sequences {dc['num_sequences']} --seed {dc['seed']}")
-    if "batch_size" in dc:
-        parts.append(f"--batch-size {dc['batch_size']}")
-    if dc.get("dtype", "float32") != "float32":
-        parts.append(f"--dtype {dc['dtype']}")
-    return " ".join(parts)
+    from lilicorr.training.options import command_line
+    from lilicorr.training.regenerate import RegenConfig
+
+    return command_line("lilicorr data regenerate", RegenConfig, {**dc, "threads": 2, "device": "cpu"})
 
 
 def _categories(bench: dict) -> str:

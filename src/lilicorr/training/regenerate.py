@@ -2,14 +2,19 @@
 
 A drafter is judged by how often it predicts *the target's* next tokens, so it learns from the
 target's own continuations, not from the corpus text. Half the sequences are continued greedily
-and half by sampling at T = 1 (recorded per sequence), which covers both serving regimes. Work is
-saved in shards, so an interrupted run resumes where it stopped.
+and half by sampling at T = 1 (recorded per sequence), which covers both serving regimes.
 
 Two prompt sources: fixed-length windows of the corpus (raw continuation, for the tiny targets),
 or a prompts JSONL (``--prompts``, e.g. ShareGPT) whose rows get the target's chat template and
 whose answers stop at EOS, as in serving. Chat rows have different lengths: each row is stored
 right-padded to ``max_prompt_tokens + new_tokens`` with ``loss_mask`` on the answer only, which
 a causal target and the anchor sampler both handle without an attention mask.
+
+Who answers is ``--engine`` (``training/answerers.py``: native, llamacpp, vllm, or fixed = the
+dataset's own answers). Work is saved in shards of ``shard_size`` rows — shard i always holds rows
+i·S … (i+1)·S − 1 — with a manifest (``manifest.json``: per shard its rows, answer tokens, sha256,
+engine and wall time), so an interrupted run resumes where it stopped, on any engine, in a later
+session, and a run with fewer sequences reuses the first shards of a bigger one.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,53 +32,64 @@ from tqdm import tqdm
 
 from lilicorr.data.atomic import atomic_write, atomic_write_text
 from lilicorr.data.corpus import read_split
-from lilicorr.decoding.engine import SpecEngine
-from lilicorr.decoding.request import Request
-from lilicorr.decoding.sampling import SamplingParams
-from lilicorr.target.runtime import TargetRuntime
+from lilicorr.target.runtime import folder_tokenizer_and_eos
+from lilicorr.training.answerers import ENGINES, Job, make_answerer
+from lilicorr.training.options import option
+
+SHARD_KEYS = ("tokens", "loss_mask", "sampled")
 
 
 @dataclass
 class RegenConfig:
-    target: str
-    corpus: str
-    out: str
-    num_sequences: int = 2048
-    prompt_tokens: int = 64
-    new_tokens: int = 192
-    batch_size: int = 32
-    sampled_fraction: float = 0.5
-    seed: int = 0
-    split: str = "train"
-    prompts: str | None = None  # prompts JSONL (chat rows); None: corpus windows
-    max_prompt_tokens: int = 256  # chat rows with a longer templated prompt are skipped
-    dtype: str = "float32"  # target weights while generating (bf16 is faster on AMX CPUs and GPUs)
-    device: str = "cpu"  # where the target runs (auto: CUDA when available)
-    shards: str | None = None  # shard folder (default: OUT.shards); batch i always holds prompts i·B..(i+1)·B−1,
-    # so a run with fewer sequences reuses the first shards of a bigger one
+    target: str = option(help="target folder (Hugging Face)")
+    out: str = option(help="output .safetensors (shards beside it make the run resumable)")
+    corpus: str = option("data/corpus", "corpus folder (prompt windows when --prompts is not given)")
+    num_sequences: int = option(2048, "rows to make (chat: the first N prompts that fit)")
+    prompt_tokens: int = option(64, "corpus windows: prompt length")
+    new_tokens: int = option(192, "answer tokens at most")
+    shard_size: int = option(32, "rows per shard (shard i holds rows i·S … (i+1)·S−1)")
+    concurrency: int = option(32, "rows in flight (continuous batching; llama.cpp slots; vLLM max_num_seqs)")
+    sampled_fraction: float = option(0.5, "share of rows sampled at T=1 (spread evenly; the rest greedy)")
+    seed: int = option(0, "per-row seeds derive from it")
+    split: str = option("train", "corpus split for prompt windows")
+    prompts: str | None = option(None, "prompts JSONL (chat rows, e.g. from `data prompts sharegpt`)")
+    max_prompt_tokens: int = option(256, "chat rows: skip longer templated prompts")
+    engine: str = option("native", "who answers: native | llamacpp | vllm | fixed (the rows' own 'answer')",
+                         choices=ENGINES)  # fmt: skip
+    gguf: str | None = option(None, "llamacpp: the target GGUF (default: TARGET.gguf)")
+    dtype: str = option("float32", "target weights while generating (native, vllm)", choices=("float32", "bfloat16"))
+    device: str = option("cpu", "native: where the target runs (auto: CUDA when available)",
+                         choices=("auto", "cpu", "cuda"))  # fmt: skip
+    threads: int = option(2, "CPU threads")
+    shards: str | None = option(None, "shard folder (default: OUT.shards); shared by runs of any size")
 
 
-def _chat_prompts(cfg: RegenConfig, tokenizer) -> list[list[int]]:
-    """Templated prompts of the JSONL rows in file order, skipping those over ``max_prompt_tokens``."""
+def _chat_rows(cfg: RegenConfig, tokenizer, eos: frozenset[int]) -> list[tuple[list[int], list[int] | None]]:
+    """(templated prompt, reference answer or None) of the JSONL rows in file order, skipping prompts
+    over ``max_prompt_tokens``. The reference is the row's ``answer`` text + EOS, for engine ``fixed``."""
     from lilicorr.data.chat import row_ids
     from lilicorr.data.prompt_sets import read_prompt_rows
 
     out = []
     for row in read_prompt_rows(Path(cfg.prompts)):
         ids = row_ids(tokenizer, row, chat=True)
-        if len(ids) <= cfg.max_prompt_tokens:
-            out.append(ids)
+        if len(ids) > cfg.max_prompt_tokens:
+            continue
+        ref = None
+        if isinstance(row.get("answer"), str):
+            ref = tokenizer.encode(row["answer"], add_special_tokens=False) + [min(eos)]
+        out.append((ids, ref))
         if len(out) >= cfg.num_sequences:
             break
     return out
 
 
-def _prompts(cfg: RegenConfig, tokenizer) -> list[list[int]]:
+def _windows(cfg: RegenConfig, tokenizer) -> list[tuple[list[int], list[int] | None]]:
     """Deterministic prompt windows from the corpus split, alternating code and prose documents."""
     docs = read_split(Path(cfg.corpus), cfg.split)
     by_cat = {c: [d for d in docs if d.category == c] for c in ("code", "prose")}
     g = torch.Generator().manual_seed(cfg.seed)
-    out: list[list[int]] = []
+    out: list[tuple[list[int], list[int] | None]] = []
     cache: dict[str, list[int]] = {}
     while len(out) < cfg.num_sequences:
         cat = ("code", "prose")[len(out) % 2]
@@ -83,68 +100,140 @@ def _prompts(cfg: RegenConfig, tokenizer) -> list[list[int]]:
         if len(ids) <= cfg.prompt_tokens:
             continue
         start = int(torch.randint(len(ids) - cfg.prompt_tokens, (1,), generator=g))
-        out.append(ids[start : start + cfg.prompt_tokens])
+        out.append((ids[start : start + cfg.prompt_tokens], None))
     return out
 
 
+def is_sampled(i: int, fraction: float) -> bool:
+    """Row ``i`` is sampled at T=1: spread evenly (every other row at 0.5), so any slice mixes both regimes."""
+    return math.floor((i + 1) * fraction) > math.floor(i * fraction)
+
+
+def _jobs(cfg: RegenConfig, rows) -> list[Job]:
+    return [
+        Job(
+            index=i,
+            prompt_ids=ids,
+            temperature=1.0 if is_sampled(i, cfg.sampled_fraction) else 0.0,
+            seed=cfg.seed * 1_000_003 + i,
+            max_tokens=cfg.new_tokens,
+            reference=ref,
+        )
+        for i, (ids, ref) in enumerate(rows)
+    ]
+
+
+def _shard_tensors(jobs: list[Job], answers: dict[int, list[int]], length: int, pad: int) -> dict[str, torch.Tensor]:
+    tokens = torch.full((len(jobs), length), pad, dtype=torch.int32)  # [rows, length], right-padded
+    mask = torch.zeros(len(jobs), length, dtype=torch.bool)  # [rows, length], True on answer tokens
+    for r, job in enumerate(jobs):
+        seq = (job.prompt_ids + answers[job.index])[:length]
+        tokens[r, : len(seq)] = torch.tensor(seq, dtype=torch.int32)
+        mask[r, len(job.prompt_ids) : len(seq)] = True
+    return {"tokens": tokens, "loss_mask": mask, "sampled": torch.tensor([j.temperature > 0 for j in jobs])}
+
+
+def _file_sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class Manifest:
+    """``manifest.json`` of a shard folder: the layout every shard must share, and per shard its facts."""
+
+    def __init__(self, shard_dir: Path, layout: dict):
+        self.path = shard_dir / "manifest.json"
+        self.data = json.loads(self.path.read_text()) if self.path.exists() else {"layout": layout, "shards": {}}
+        if self.data["layout"] != layout:
+            raise ValueError(
+                f"{self.path}: shards were made with layout {self.data['layout']}, this run has {layout}; "
+                "use another --shards folder"
+            )
+
+    def add(self, name: str, info: dict) -> None:
+        self.data["shards"][name] = info
+        atomic_write_text(self.path, json.dumps(self.data, indent=1) + "\n")
+
+
 def regenerate(cfg: RegenConfig) -> dict:
-    """Write ``out`` (safetensors: tokens, loss_mask, sampled) and ``out.json`` (provenance)."""
+    """Write ``out`` (safetensors: tokens, loss_mask, sampled), ``out.json`` (provenance) and the manifest."""
     out = Path(cfg.out)
     shard_dir = Path(cfg.shards) if cfg.shards else out.with_name(out.name + ".shards")
     shard_dir.mkdir(parents=True, exist_ok=True)
-    target = TargetRuntime.load(cfg.target, dtype=getattr(torch, cfg.dtype), device=cfg.device)
-    chat = cfg.prompts is not None
-    prompts = _chat_prompts(cfg, target.tokenizer) if chat else _prompts(cfg, target.tokenizer)
-    n_batches = (len(prompts) + cfg.batch_size - 1) // cfg.batch_size
-    engine = SpecEngine(target)
-    length = (cfg.max_prompt_tokens if chat else cfg.prompt_tokens) + cfg.new_tokens
-    eos = frozenset(target.eos_token_ids)
+    tokenizer, eos = folder_tokenizer_and_eos(cfg.target)
     pad = min(eos) if eos else 0
-    for bi in tqdm(range(n_batches), desc="regenerate", mininterval=5):
-        shard = shard_dir / f"{bi:05d}.safetensors"
-        if shard.exists():
-            continue
-        rows = range(bi * cfg.batch_size, min(len(prompts), (bi + 1) * cfg.batch_size))
-        # Spread sampled rows evenly (e.g. every other row at 0.5), so any slice — the validation
-        # rows too — mixes both regimes.
-        sampled = [math.floor((i + 1) * cfg.sampled_fraction) > math.floor(i * cfg.sampled_fraction) for i in rows]
-        reqs = [
-            Request(
-                prompts[i],
-                SamplingParams(
-                    max_tokens=cfg.new_tokens,
-                    ignore_eos=not chat,  # chat answers end at EOS, as when served
-                    temperature=1.0 if s else 0.0,
-                    seed=cfg.seed * 1_000_003 + i,
-                ),
-                eos_ids=eos,
-            )
-            for i, s in zip(rows, sampled, strict=True)
-        ]
-        engine.generate(reqs)
-        tokens = torch.full((len(reqs), length), pad, dtype=torch.int32)  # [b, length], right-padded
-        mask = torch.zeros(len(reqs), length, dtype=torch.bool)
-        for j, r in enumerate(reqs):
-            seq = (r.prompt_ids + r.output_ids)[:length]
-            tokens[j, : len(seq)] = torch.tensor(seq, dtype=torch.int32)
-            mask[j, len(r.prompt_ids) : len(seq)] = True
-        tensors = {"tokens": tokens, "loss_mask": mask, "sampled": torch.tensor(sampled)}
-        atomic_write(shard, lambda p, t=tensors: save_file(t, str(p)))
-    parts = [load_file(str(shard_dir / f"{bi:05d}.safetensors")) for bi in range(n_batches)]
-    merged = {k: torch.cat([p[k] for p in parts])[: len(prompts)] for k in ("tokens", "loss_mask", "sampled")}
+    chat = cfg.prompts is not None
+    rows = _chat_rows(cfg, tokenizer, eos) if chat else _windows(cfg, tokenizer)
+    jobs = _jobs(cfg, rows)
+    if not chat:  # raw continuation: the tiny targets' data runs to the length limit, EOS or not
+        eos = frozenset()
+    length = (cfg.max_prompt_tokens if chat else cfg.prompt_tokens) + cfg.new_tokens
+    layout = {"prompts": cfg.prompts, "length": length, "shard_size": cfg.shard_size, "seed": cfg.seed,
+              "sampled_fraction": cfg.sampled_fraction, "new_tokens": cfg.new_tokens}  # fmt: skip
+    manifest = Manifest(shard_dir, layout)
+    S = cfg.shard_size
+    n_shards = (len(jobs) + S - 1) // S
+    todo = [si for si in range(n_shards) if not (shard_dir / f"{si:05d}.safetensors").exists()]
+    if todo:
+        answerer = make_answerer(cfg.engine, cfg, eos)
+        try:
+            _answer_shards(cfg, answerer, jobs, todo, shard_dir, manifest, length, pad)
+        finally:
+            answerer.close()
+    parts = [load_file(str(shard_dir / f"{si:05d}.safetensors")) for si in range(n_shards)]
+    merged = {k: torch.cat([p[k] for p in parts])[: len(jobs)] for k in SHARD_KEYS}
     atomic_write(out, lambda p: save_file(merged, str(p)))
-    digest = hashlib.sha256(out.read_bytes()).hexdigest()[:16]
+    engines = sorted({manifest.data["shards"].get(f"{si:05d}", {}).get("engine", "?") for si in range(n_shards)})
     meta = {
         "config": asdict(cfg),
         "sequences": int(merged["tokens"].shape[0]),
         "length": length,
         "sampled_sequences": int(merged["sampled"].sum()),
         "answer_tokens": int(merged["loss_mask"].sum()),
-        "sha256_16": digest,
+        "engines": engines,
+        "sha256_16": _file_sha(out)[:16],
         "note": "rows with sampled=1 were continued at T=1 (seeded per row), the rest greedily",
     }
     atomic_write_text(out.with_suffix(out.suffix + ".json"), json.dumps(meta, indent=2) + "\n")
     return meta
+
+
+def _answer_shards(cfg, answerer, jobs, todo, shard_dir: Path, manifest: Manifest, length: int, pad: int) -> None:
+    """Answer the rows of the ``todo`` shards; write each shard (atomically) as soon as all its rows are in."""
+    S = cfg.shard_size
+    wanted = [j for si in todo for j in jobs[si * S : (si + 1) * S]]
+    answers: dict[int, list[int]] = {}
+    waiting = {si: set(range(si * S, min(len(jobs), (si + 1) * S))) for si in todo}
+    t_last = time.time()
+    bar = tqdm(total=len(wanted), desc=f"regenerate ({cfg.engine})", mininterval=5)
+    for job, ids in answerer.answer(wanted):
+        answers[job.index] = ids
+        bar.update(1)
+        si = job.index // S
+        waiting[si].discard(job.index)
+        if waiting[si]:
+            continue
+        del waiting[si]
+        shard_jobs = jobs[si * S : (si + 1) * S]
+        tensors = _shard_tensors(shard_jobs, answers, length, pad)
+        path = shard_dir / f"{si:05d}.safetensors"
+        atomic_write(path, lambda p, t=tensors: save_file(t, str(p)))
+        now = time.time()
+        manifest.add(
+            path.stem,
+            {
+                "rows": len(shard_jobs),
+                "answer_tokens": int(tensors["loss_mask"].sum()),
+                "sha256": _file_sha(path),
+                "engine": cfg.engine,
+                "dtype": cfg.dtype if cfg.engine in ("native", "vllm") else None,
+                "seconds": round(now - t_last, 2),
+                "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+            },
+        )
+        t_last = now
+        for j in shard_jobs:
+            answers.pop(j.index, None)
+    bar.close()
 
 
 def load_regenerated(path: str | Path) -> dict[str, torch.Tensor]:
