@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -138,41 +137,42 @@ VLLM_PYTHON = Path(".venv-compat/bin/python")
 
 
 class VllmAnswerer:
-    """vLLM's offline engine in the compat venv (a subprocess: vLLM pins its own packages)."""
+    """vLLM's offline engine in the compat venv (a subprocess: vLLM pins its own packages). The worker
+    loads the model first and says READY, so its start-up is not counted as answering time."""
 
     name = "vllm"
 
     def __init__(self, target_dir: str, dtype: str, concurrency: int, context: int, python: Path = VLLM_PYTHON):
         if not python.exists():
             raise FileNotFoundError(f"{python}: vLLM's venv is missing (run `make compat` once to build it)")
-        self.python, self.target_dir, self.dtype = python, target_dir, dtype
-        self.concurrency, self.context = concurrency, context
+        self.cmd = [str(python), "-m", "lilicorr.training.vllm_worker", "--model", target_dir, "--dtype", dtype]
+        self.cmd += ["--max-num-seqs", str(concurrency), "--max-model-len", str(context)]
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "4")}
+        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.strip() == "READY":
+                break
+        else:
+            raise RuntimeError(f"vLLM worker exited with {self.proc.wait()} before it was ready: {' '.join(self.cmd)}")
 
     def answer(self, jobs: list[Job]) -> Iterator[tuple[Job, list[int]]]:
         by_index = {j.index: j for j in jobs}
-        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
-            for j in jobs:
-                f.write(json.dumps({"index": j.index, "prompt_ids": j.prompt_ids, "temperature": j.temperature,
-                                    "max_tokens": j.max_tokens}) + "\n")  # fmt: skip
-        cmd = [str(self.python), "-m", "lilicorr.training.vllm_worker", "--model", self.target_dir, "--jobs", f.name]
-        cmd += ["--dtype", self.dtype, "--max-num-seqs", str(self.concurrency), "--max-model-len", str(self.context)]
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "4")}
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
-        try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                if line.startswith("{"):
-                    row = json.loads(line)
-                    yield by_index[row["index"]], row["ids"]
-            if proc.wait() != 0:
-                raise RuntimeError(f"vLLM worker exited with {proc.returncode} (command: {' '.join(cmd)})")
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            Path(f.name).unlink(missing_ok=True)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        for j in jobs:
+            row = {"index": j.index, "prompt_ids": j.prompt_ids, "temperature": j.temperature, "max_tokens": j.max_tokens}
+            self.proc.stdin.write(json.dumps(row) + "\n")
+        self.proc.stdin.close()
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                row = json.loads(line)
+                yield by_index[row["index"]], row["ids"]
+        if self.proc.wait() != 0:
+            raise RuntimeError(f"vLLM worker exited with {self.proc.returncode} (command: {' '.join(self.cmd)})")
 
     def close(self) -> None:
-        pass
+        if self.proc.poll() is None:
+            self.proc.kill()
 
 
 class FixedAnswerer:

@@ -34,7 +34,8 @@ from lilicorr.data.atomic import atomic_write, atomic_write_text
 from lilicorr.data.corpus import read_split
 from lilicorr.target.runtime import folder_tokenizer_and_eos
 from lilicorr.training.answerers import ENGINES, Job, make_answerer
-from lilicorr.training.options import option
+from lilicorr.training.data_card import data_card, write_data_card
+from lilicorr.training.options import command_line, option
 
 SHARD_KEYS = ("tokens", "loss_mask", "sampled")
 
@@ -62,6 +63,7 @@ class RegenConfig:
                          choices=("auto", "cpu", "cuda"))  # fmt: skip
     threads: int = option(2, "CPU threads")
     shards: str | None = option(None, "shard folder (default: OUT.shards); shared by runs of any size")
+    card: str | None = option(None, "also write DATA_CARD.md into this folder (e.g. data/cards/NAME, committed)")
 
 
 def _chat_rows(cfg: RegenConfig, tokenizer, eos: frozenset[int]) -> list[tuple[list[int], list[int] | None]]:
@@ -172,6 +174,12 @@ def regenerate(cfg: RegenConfig) -> dict:
     manifest = Manifest(shard_dir, layout)
     S = cfg.shard_size
     n_shards = (len(jobs) + S - 1) // S
+    for si in range(n_shards):  # shards from before the manifest existed: their facts, engine unknown
+        path = shard_dir / f"{si:05d}.safetensors"
+        if path.exists() and path.stem not in manifest.data["shards"]:
+            mask = load_file(str(path))["loss_mask"]
+            manifest.add(path.stem, {"rows": len(mask), "answer_tokens": int(mask.sum()), "sha256": _file_sha(path),
+                                     "engine": "unrecorded", "dtype": None, "seconds": 0.0})  # fmt: skip
     todo = [si for si in range(n_shards) if not (shard_dir / f"{si:05d}.safetensors").exists()]
     if todo:
         answerer = make_answerer(cfg.engine, cfg, eos)
@@ -191,10 +199,22 @@ def regenerate(cfg: RegenConfig) -> dict:
         "answer_tokens": int(merged["loss_mask"].sum()),
         "engines": engines,
         "sha256_16": _file_sha(out)[:16],
-        "note": "rows with sampled=1 were continued at T=1 (seeded per row), the rest greedily",
+        "note": "rows with sampled=1 were continued at T=1 (seeded per row, except on vllm), the rest greedily",
     }
     atomic_write_text(out.with_suffix(out.suffix + ".json"), json.dumps(meta, indent=2) + "\n")
+    card = data_card(meta, manifest.data, command_line("lilicorr data regenerate", RegenConfig, asdict(cfg)),
+                     _eos_terminated(merged, eos))  # fmt: skip
+    atomic_write_text(out.with_suffix(".DATA_CARD.md"), card)  # beside the data, named for it
+    if cfg.card:
+        write_data_card(cfg.card, card)
     return meta
+
+
+def _eos_terminated(data: dict[str, torch.Tensor], eos: frozenset[int]) -> int:
+    """Rows whose last answer token is an EOS id."""
+    mask = data["loss_mask"]  # [rows, length]
+    last = (mask.cumsum(1) == mask.sum(1, keepdim=True)) & mask
+    return int(sum(int(t) in eos for t in data["tokens"][last].tolist())) if eos else 0
 
 
 def _answer_shards(cfg, answerer, jobs, todo, shard_dir: Path, manifest: Manifest, length: int, pad: int) -> None:

@@ -1,7 +1,8 @@
 """vLLM's offline engine answering token-id prompts (run by ``VllmAnswerer`` inside the compat venv).
 
-Reads a jobs JSONL (``index``, ``prompt_ids``, ``temperature``, ``max_tokens``) and prints one JSON
-line per answer, ``{"index", "ids"}``, in job order. vLLM spawns worker processes, hence the main
+Loads the model, prints ``READY``, then reads jobs as JSON lines on stdin (``index``, ``prompt_ids``,
+``temperature``, ``max_tokens``) until it closes, and prints one JSON line per answer, ``{"index",
+"ids"}``, in job order. vLLM spawns worker processes, hence the main
 guard. Plain sampling (top-k/top-p off); vLLM on CPU refuses per-request seeds, so none are passed.
 """
 
@@ -15,7 +16,6 @@ import sys
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
-    ap.add_argument("--jobs", required=True)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--max-num-seqs", type=int, default=32)
     ap.add_argument("--max-model-len", type=int, default=1024)
@@ -24,7 +24,6 @@ def main() -> int:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    jobs = [json.loads(x) for x in open(args.jobs, encoding="utf-8") if x.strip()]
     llm = LLM(
         model=args.model,
         dtype=args.dtype,
@@ -33,6 +32,8 @@ def main() -> int:
         max_num_seqs=args.max_num_seqs,
         seed=0,
     )
+    print("READY", flush=True)
+    jobs = [json.loads(x) for x in sys.stdin if x.strip()]
     for start in range(0, len(jobs), args.chunk):
         chunk = jobs[start : start + args.chunk]
         prompts = [TokensPrompt(prompt_token_ids=j["prompt_ids"]) for j in chunk]
