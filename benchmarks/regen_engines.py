@@ -78,7 +78,7 @@ def main() -> int:
     ap.add_argument("--work", default="runs/regen-engines")
     args = ap.parse_args()
     Path(args.work).mkdir(parents=True, exist_ok=True)
-    lines = Path(args.prompts).read_text(encoding="utf-8").splitlines()[args.skip :]
+    lines = Path(args.prompts).read_text(encoding="utf-8").rstrip("\n").split("\n")[args.skip :]
     prompts = Path(args.work) / "prompts.jsonl"
     prompts.write_text("\n".join(lines) + "\n", encoding="utf-8")
     results = {"args": vars(args), "speed": [], "identity": []}
