@@ -18,12 +18,12 @@ import torch
 from lilicorr.checkpoint import load_draft
 from lilicorr.data.chat import row_ids
 from lilicorr.data.prompt_sets import load_set
-from lilicorr.decoding.engine import SpecConfig
-from lilicorr.decoding.methods import build_engine
+from lilicorr.decoding.build import build_engine
+from lilicorr.decoding.config import SpecConfig
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
+from lilicorr.runtime.runtime import TargetRuntime, resolve_dtype
 from lilicorr.shipped import SHIPPED_DRAFT, SHIPPED_TARGET
-from lilicorr.target.runtime import TargetRuntime, resolve_dtype
 
 
 def run(engine, prompts: list[list[int]], max_tokens: int, eos) -> tuple[float, list[list[int]]]:

@@ -15,10 +15,11 @@ import torch
 
 from lilicorr.checkpoint import load_draft
 from lilicorr.data.prompts import long_prompts
-from lilicorr.decoding.engine import SpecConfig, SpecEngine
+from lilicorr.decoding.build import build_engine
+from lilicorr.decoding.config import SpecConfig
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
-from lilicorr.target.runtime import TargetRuntime
+from lilicorr.runtime.runtime import TargetRuntime
 
 
 def main() -> None:
@@ -38,7 +39,7 @@ def main() -> None:
     ids = [target.tokenizer.encode(p["prompt"], add_special_tokens=False) for p in docs]
     print("context_tokens  tau")
     for n in args.lengths:
-        engine = SpecEngine(target, draft, SpecConfig(method="lilicorr" if draft.is_lilicorr else "dflash"))
+        engine = build_engine(target, SpecConfig(), draft, args.draft)  # the folder decides (vLLM's rule)
         for row in ids:  # batch 1, the same document endings at every length
             engine.generate([Request(row[-n:], SamplingParams(max_tokens=args.max_new_tokens, ignore_eos=True))])
         print(f"{n:14d}  {engine.stats.tau:.3f}")

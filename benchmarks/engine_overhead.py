@@ -22,12 +22,12 @@ import time
 import torch
 
 from lilicorr.checkpoint import load_draft
-from lilicorr.decoding.engine import SpecConfig
-from lilicorr.decoding.methods import build_engine
+from lilicorr.decoding.build import build_engine
+from lilicorr.decoding.config import SpecConfig
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.decoding.stats import STAGES, StageTimer
-from lilicorr.target.runtime import TargetRuntime, pad_right, resolve_dtype
+from lilicorr.runtime.runtime import TargetRuntime, pad_right, resolve_dtype
 
 
 def prompts_for(target: TargetRuntime, n: int, length: int, seed: int) -> list[list[int]]:

@@ -23,12 +23,12 @@ from lilicorr.checkpoint import load_draft
 from lilicorr.cli.main import main as cli
 from lilicorr.data.chat import row_ids
 from lilicorr.data.prompt_sets import load_set
-from lilicorr.decoding.engine import SpecConfig
-from lilicorr.decoding.methods import build_engine
+from lilicorr.decoding.build import build_engine
+from lilicorr.decoding.config import SpecConfig
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
+from lilicorr.runtime.runtime import TargetRuntime, cpu_has_fast_bf16, resolve_dtype
 from lilicorr.shipped import SHIPPED_DFLASH, SHIPPED_DRAFT, SHIPPED_TARGET
-from lilicorr.target.runtime import TargetRuntime, cpu_has_fast_bf16, resolve_dtype
 
 
 def engine_arm(target, spec: SpecConfig, draft, draft_dir, prompts, max_tokens) -> dict:

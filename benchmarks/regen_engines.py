@@ -54,9 +54,10 @@ def _run(spec: str, args, prompts: Path, n: int, fraction: float, tag: str) -> t
 def _agreement(ref: dict, other: dict) -> dict:
     """Per answer: tokens before the first difference, over the reference answer's length."""
     same = identical = total = 0
-    for r_tok, r_mask, o_tok, o_mask in zip(ref["tokens"], ref["loss_mask"], other["tokens"], other["loss_mask"]):
+    rows = zip(ref["tokens"], ref["loss_mask"], other["tokens"], other["loss_mask"], strict=True)
+    for r_tok, r_mask, o_tok, o_mask in rows:
         a, b = r_tok[r_mask].tolist(), o_tok[o_mask].tolist()
-        k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        k = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
         same, total = same + k, total + len(a)
         identical += a == b
     return {"prefix_share": round(same / max(total, 1), 4), "identical": f"{identical}/{len(ref['tokens'])}"}

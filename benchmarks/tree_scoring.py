@@ -21,14 +21,14 @@ import torch
 from lilicorr.checkpoint import load_draft
 from lilicorr.data.chat import row_ids
 from lilicorr.data.prompt_sets import read_prompt_rows, round_robin
-from lilicorr.decoding.engine import SpecConfig
-from lilicorr.decoding.methods import build_engine
+from lilicorr.decoding.build import build_engine
+from lilicorr.decoding.config import SpecConfig
 from lilicorr.decoding.methods.ngram import lookup
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.decoding.tree import TokenTree, assemble, build_lattice_tree, build_tree, graft_chain
 from lilicorr.models.head import HeadScores
-from lilicorr.target.runtime import TargetRuntime, resolve_dtype
+from lilicorr.runtime.runtime import TargetRuntime, resolve_dtype
 
 
 def record_states(target, draft, prompts: list[list[int]], max_tokens: int) -> list[dict]:

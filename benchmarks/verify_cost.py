@@ -18,7 +18,7 @@ import torch
 from transformers import DynamicCache
 
 from lilicorr.decoding.proposal import Proposal
-from lilicorr.target.runtime import TargetRuntime, resolve_dtype
+from lilicorr.runtime.runtime import TargetRuntime, resolve_dtype
 
 
 def median_ms(fn, repeats: int) -> float:

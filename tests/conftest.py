@@ -92,6 +92,6 @@ def tiny_target_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_target(tiny_target_dir):
-    from lilicorr.target.runtime import TargetRuntime
+    from lilicorr.runtime.runtime import TargetRuntime
 
     return TargetRuntime.load(tiny_target_dir, layer_ids=(0, 2))

@@ -42,6 +42,6 @@ def check_against_native(engine: str, tmp: Path, eos_id: int = 2) -> float:
         assert 1 <= len(b) <= NEW
         if len(b) < NEW:
             assert b[-1] == eos_id, "an answer that stopped early must end with EOS"
-        k = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        k = next((j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
         same, total = same + k, total + len(a)
     return same / total

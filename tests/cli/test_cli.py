@@ -96,7 +96,7 @@ def test_inspect_valid_and_broken(tmp_path, tiny_target_dir, capsys):
     from lilicorr.checkpoint import save_draft
     from lilicorr.models.config import DraftConfig, LiLiCorrGeometry
     from lilicorr.models.draft import DraftModel
-    from lilicorr.target.runtime import TargetRuntime
+    from lilicorr.runtime.runtime import TargetRuntime
 
     tcfg = TargetRuntime.load(tiny_target_dir).model.config
     cfg = DraftConfig(
@@ -264,9 +264,9 @@ def test_device_cpu_runs_the_same_engine(tiny_target_dir, capsys):
     assert outs[0] == outs[1]
 
 
-def test_generate_with_draft_alone_runs_the_fastest_configuration(tiny_target_dir, tmp_path, capsys):
+def test_generate_with_draft_alone_runs_the_default_configuration(tiny_target_dir, tmp_path, capsys):
     """`--draft` alone: methods.FASTEST for the folder's kind; any tuning flag: the folder decides (vLLM)."""
-    from lilicorr.decoding.methods import FASTEST
+    from lilicorr.decoding.config import FASTEST
     from tests.decoding.engine_helpers import save_random_draft
 
     save_random_draft(tiny_target_dir, tmp_path / "d")

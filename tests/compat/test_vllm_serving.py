@@ -131,10 +131,11 @@ def test_vllm_dflash_output_and_tau_match_ours(vllm_server):
     from transformers import AutoTokenizer
 
     from lilicorr.checkpoint import load_draft
-    from lilicorr.decoding.engine import SpecConfig, SpecEngine
+    from lilicorr.decoding.build import build_engine
+    from lilicorr.decoding.config import SpecConfig
     from lilicorr.decoding.request import Request
     from lilicorr.decoding.sampling import SamplingParams
-    from lilicorr.target.runtime import TargetRuntime
+    from lilicorr.runtime.runtime import TargetRuntime
 
     name, url = vllm_server
     target_dir, draft_dir = STACKS[name]
@@ -145,7 +146,7 @@ def test_vllm_dflash_output_and_tau_match_ours(vllm_server):
     dtype = getattr(torch, DTYPES.get(name, "float32"))
     target = TargetRuntime.load(target_dir, dtype=dtype)
     draft = load_draft(draft_dir, target.model.config, dtype=dtype)
-    engine = SpecEngine(target, draft, SpecConfig(num_speculative_tokens=N_SPEC))
+    engine = build_engine(target, SpecConfig(num_speculative_tokens=N_SPEC), draft)
     before = httpx.get(url + "/metrics").text
     mismatches = []
     for pid, ids in prompts:

@@ -54,11 +54,24 @@ def test_sharegpt_later_turns_carry_the_conversation_and_its_answers(tmp_path):
     records = [
         {"id": "a", "conversations": [{"from": ("human", "gpt")[k % 2], "value": v} for k, v in enumerate(turns)]},
         # an evaluation prompt in turn 2 ends the conversation there: later turns would carry it
-        {"id": "b", "conversations": [{"from": f, "value": v} for f, v in
-                                      [("human", "hello there"), ("gpt", "hi"), ("human", mt), ("gpt", "x"),
-                                       ("human", "more please")]]},  # fmt: skip
+        {
+            "id": "b",
+            "conversations": [
+                {"from": f, "value": v}
+                for f, v in [
+                    ("human", "hello there"),
+                    ("gpt", "hi"),
+                    ("human", mt),
+                    ("gpt", "x"),
+                    ("human", "more please"),
+                ]
+            ],
+        },  # fmt: skip
         # roles out of alternation end it too
-        {"id": "c", "conversations": [{"from": "human", "value": "question one?"}, {"from": "human", "value": "question two?"}]},
+        {
+            "id": "c",
+            "conversations": [{"from": "human", "value": "question one?"}, {"from": "human", "value": "question two?"}],
+        },
     ]
     path = tmp_path / "s.json"
     path.write_text(json.dumps(records))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from lilicorr.target.runtime import TargetRuntime
+from lilicorr.runtime.runtime import TargetRuntime
 
 V = 6
 

@@ -63,7 +63,7 @@ class ReferenceProposer(DFlashProposer):
 def save_random_draft(target_dir, out, lilicorr: bool = True):
     """Write a random-weight draft checkpoint (fp32) for the target folder; returns ``out``."""
     from lilicorr.checkpoint import save_draft
-    from lilicorr.target.runtime import TargetRuntime
+    from lilicorr.runtime.runtime import TargetRuntime
 
     save_draft(random_draft(TargetRuntime.load(target_dir), lilicorr=lilicorr), out, dtype=torch.float32)
     return out

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from lilicorr.decoding.adaptive import AdaptiveWidth, CostModel
-from lilicorr.decoding.engine import SpecConfig
-from lilicorr.decoding.methods import build_engine
+from lilicorr.decoding.build import build_engine
+from lilicorr.decoding.config import SpecConfig
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from tests.decoding.engine_helpers import random_draft
@@ -122,7 +122,7 @@ def test_unsure_drafts_fall_back_to_ar_steps(tiny_target):
 
 
 def test_speculative_config_key():
-    from lilicorr.decoding.methods import parse_speculative_config
+    from lilicorr.decoding.config import parse_speculative_config
 
     assert parse_speculative_config(
         {"method": "ngram", "enable_adaptive_verification": True}
@@ -165,8 +165,10 @@ def test_tree_widths_sum_node_probabilities():
 
 def test_auto_tree_budget(tiny_target):
     """``tree_budget: auto`` prunes each tree by the measured cost curve, without the flag."""
-    from lilicorr.decoding.methods import get_method, parse_speculative_config
-    from lilicorr.decoding.methods.ddtree import AUTO_TREE_CAP
+    from lilicorr.decoding.methods.trees import AUTO_TREE_CAP
+
+    from lilicorr.decoding.config import parse_speculative_config
+    from lilicorr.decoding.methods import get_method
 
     assert get_method("ddtree").resolve_options({})["tree_budget"] == 16  # measured faster than auto here
     assert parse_speculative_config({"method": "ddtree", "model": "x", "tree_budget": "auto"}).options == {

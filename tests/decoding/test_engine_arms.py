@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from lilicorr.checkpoint import save_draft
-from lilicorr.decoding.engine import SpecConfig
-from lilicorr.decoding.methods import build_engine
+from lilicorr.decoding.build import build_engine
+from lilicorr.decoding.config import SpecConfig
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.models.arms import ARM_KINDS, build_arm, save_arm
 from tests.decoding.engine_helpers import random_draft

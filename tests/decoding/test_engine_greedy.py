@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from lilicorr.decoding.engine import SpecConfig, SpecEngine
+from lilicorr.decoding.build import build_engine
+from lilicorr.decoding.config import SpecConfig
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from tests.decoding.engine_helpers import ReferenceProposer, random_draft
@@ -68,8 +69,8 @@ def test_reference_has_no_trivial_outputs(reference):
 )
 def test_greedy_identity_random_drafters(tiny_target, drafts, reference, method, sample, n, batch):
     draft = drafts[method]
-    engine = SpecEngine(
-        tiny_target, draft, SpecConfig(method=method, num_speculative_tokens=n, draft_sample_method=sample)
+    engine = build_engine(
+        tiny_target, SpecConfig(method=method, num_speculative_tokens=n, draft_sample_method=sample), draft
     )
     assert _run(engine, _prompts(), batch) == reference
     assert engine.stats.num_drafts > 0 and engine.stats.num_draft_tokens == engine.stats.num_drafts * n
@@ -77,7 +78,7 @@ def test_greedy_identity_random_drafters(tiny_target, drafts, reference, method,
 
 @pytest.mark.parametrize("batch", [1, 4])
 def test_greedy_identity_ar_method(tiny_target, reference, batch):
-    engine = SpecEngine(tiny_target, None)
+    engine = build_engine(tiny_target)
     assert engine.method == "ar"
     assert _run(engine, _prompts(), batch) == reference
 
@@ -89,10 +90,10 @@ def test_greedy_identity_with_high_acceptance(tiny_target, drafts, reference, n,
     prompts = _prompts()
     reqs = _requests(prompts)
     refs = {id(r): reference[i] for i, r in enumerate(reqs)}
-    engine = SpecEngine(
+    engine = build_engine(
         tiny_target,
-        drafts["dflash"],
         SpecConfig(num_speculative_tokens=n),
+        drafts["dflash"],
         proposer=ReferenceProposer(refs, tiny_target.vocab_size),
     )
     for i in range(0, len(reqs), batch):
@@ -104,7 +105,7 @@ def test_greedy_identity_with_high_acceptance(tiny_target, drafts, reference, n,
 
 
 def test_draft_stats_and_timing(tiny_target, drafts):
-    engine = SpecEngine(tiny_target, drafts["lilicorr"], SpecConfig(num_speculative_tokens=3))
+    engine = build_engine(tiny_target, SpecConfig(num_speculative_tokens=3), drafts["lilicorr"])
     reqs = engine.generate(_requests(_prompts(4)))
     total = sum(r.stats.num_drafts for r in reqs)
     assert total == engine.stats.num_drafts
@@ -119,7 +120,7 @@ def test_draft_stats_and_timing(tiny_target, drafts):
 
 def test_requests_join_a_running_batch_and_cancel(tiny_target, drafts, reference):
     prompts = _prompts(6)
-    engine = SpecEngine(tiny_target, drafts["lilicorr"], SpecConfig(num_speculative_tokens=2))
+    engine = build_engine(tiny_target, SpecConfig(num_speculative_tokens=2), drafts["lilicorr"])
     reqs = _requests(prompts)
     engine.add(reqs[:2])
     engine.step()
@@ -134,7 +135,7 @@ def test_requests_join_a_running_batch_and_cancel(tiny_target, drafts, reference
 
 
 def test_eos_stop_and_max_tokens_respected(tiny_target, drafts, reference):
-    engine = SpecEngine(tiny_target, drafts["dflash"], SpecConfig(num_speculative_tokens=4))
+    engine = build_engine(tiny_target, SpecConfig(num_speculative_tokens=4), drafts["dflash"])
     reqs = [Request(p, SamplingParams(max_tokens=3), eos_ids=frozenset({0})) for p in _prompts(8)]
     engine.generate(reqs)
     for r, ref in zip(reqs, reference, strict=False):
@@ -142,16 +143,14 @@ def test_eos_stop_and_max_tokens_respected(tiny_target, drafts, reference):
 
 
 def test_bad_options_named(tiny_target, drafts):
-    from lilicorr.checkpoint import CheckpointError
-
-    with pytest.raises(CheckpointError, match="num_speculative_tokens = 5: expected 1..4"):
-        SpecEngine(tiny_target, drafts["dflash"], SpecConfig(num_speculative_tokens=5))
+    with pytest.raises(ValueError, match="num_speculative_tokens = 5: expected 1..4"):
+        build_engine(tiny_target, SpecConfig(num_speculative_tokens=5), drafts["dflash"])
     with pytest.raises(ValueError, match="rejection_sample_method 'fast'"):
-        SpecEngine(tiny_target, drafts["dflash"], SpecConfig(rejection_sample_method="fast"))
+        build_engine(tiny_target, SpecConfig(rejection_sample_method="fast"), drafts["dflash"])
     with pytest.raises(ValueError, match="needs a LiLiCorrDraftModel"):
-        SpecEngine(tiny_target, drafts["dflash"], SpecConfig(method="lilicorr"))
+        build_engine(tiny_target, SpecConfig(method="lilicorr"), drafts["dflash"])
     with pytest.raises(ValueError, match="draft_sample_method 'beam'"):
-        SpecEngine(tiny_target, drafts["dflash"], SpecConfig(draft_sample_method="beam"))
+        build_engine(tiny_target, SpecConfig(draft_sample_method="beam"), drafts["dflash"])
 
 
 class SpyProposer(ReferenceProposer):
@@ -172,7 +171,7 @@ def test_draft_context_matches_from_scratch_recomputation(tiny_target, drafts, r
     prompts = _prompts(3)
     reqs = _requests(prompts)
     spy = SpyProposer({id(r): reference[i] for i, r in enumerate(reqs)}, tiny_target.vocab_size)
-    engine = SpecEngine(tiny_target, draft, SpecConfig(num_speculative_tokens=4), proposer=spy)
+    engine = build_engine(tiny_target, SpecConfig(num_speculative_tokens=4), draft, proposer=spy)
     engine.generate(reqs)
     n = 4
     checked = 0

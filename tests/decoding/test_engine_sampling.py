@@ -13,8 +13,8 @@ import pytest
 import torch
 from scipy.stats import chi2
 
-from lilicorr.decoding.engine import SpecConfig
-from lilicorr.decoding.methods import build_engine
+from lilicorr.decoding.build import build_engine
+from lilicorr.decoding.config import SpecConfig
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams, sample_from, target_probs
 from lilicorr.decoding.verify import Verdict, Verifier

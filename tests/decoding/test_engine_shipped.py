@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from lilicorr.checkpoint import load_draft
-from lilicorr.decoding.engine import SpecConfig, SpecEngine
+from lilicorr.decoding.build import build_engine
+from lilicorr.decoding.config import SpecConfig
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
-from lilicorr.target.runtime import TargetRuntime
+from lilicorr.runtime.runtime import TargetRuntime
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "models" / "tiny-s"
@@ -54,10 +55,10 @@ def _reqs(target):
 def test_trained_drafters_are_lossless_at_t0(shipped, batch):
     target, drafts = shipped
     ref = _reqs(target)
-    SpecEngine(target).generate(ref)
+    build_engine(target).generate(ref)
     for name, draft in drafts.items():
         for method in ["dflash", "lilicorr"] if draft.is_lilicorr else ["dflash"]:
-            engine = SpecEngine(target, draft, SpecConfig(method=method))
+            engine = build_engine(target, SpecConfig(method=method), draft)
             reqs = _reqs(target)
             for i in range(0, len(reqs), batch):
                 engine.generate(reqs[i : i + batch])
@@ -72,8 +73,8 @@ def test_trained_lilicorr_sampling_runs_lossless_machinery(shipped):
     for rejection in ("standard", "block"):
         outs = []
         for _ in range(2):
-            engine = SpecEngine(
-                target, draft, SpecConfig(draft_sample_method="probabilistic", rejection_sample_method=rejection)
+            engine = build_engine(
+                target, SpecConfig(draft_sample_method="probabilistic", rejection_sample_method=rejection), draft
             )
             reqs = [
                 Request(r.prompt_ids, SamplingParams(max_tokens=24, temperature=1.0, seed=5)) for r in _reqs(target)[:3]

@@ -7,10 +7,11 @@ import pytest
 
 from lilicorr.checkpoint import load_draft
 from lilicorr.data.chat import row_ids
-from lilicorr.decoding.engine import SpecConfig, SpecEngine
+from lilicorr.decoding.build import build_engine
+from lilicorr.decoding.config import SpecConfig
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
-from lilicorr.target.runtime import TargetRuntime
+from lilicorr.runtime.runtime import TargetRuntime
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "models" / "smollm2-135m-instruct"  # built by `make target` (make test depends on it)
@@ -53,11 +54,11 @@ def _reqs(target):
 
 def test_shipped_smollm2_drafters_are_lossless_at_t0(smollm2):
     target, drafts = smollm2
-    ref = SpecEngine(target).generate(_reqs(target))
+    ref = build_engine(target).generate(_reqs(target))
     assert all(len(r.output_ids) == 32 for r in ref)  # real answers, not an immediate EOS
     for name, draft in drafts.items():
         for method in ["dflash", "lilicorr"] if draft.is_lilicorr else ["dflash"]:
-            engine = SpecEngine(target, draft, SpecConfig(method=method))
+            engine = build_engine(target, SpecConfig(method=method), draft)
             reqs = engine.generate(_reqs(target)[:2]) + engine.generate(_reqs(target)[2:])  # batch 2
             assert [r.output_ids for r in reqs] == [r.output_ids for r in ref], (name, method)
             assert engine.stats.tau > 1.1, (
@@ -70,10 +71,11 @@ def test_shipped_smollm2_drafters_are_lossless_at_t0(smollm2):
 def test_the_default_configuration_is_lossless_on_smollm2(smollm2):
     """`generate --draft` / `make run` / `serve`'s default (methods.FASTEST: the LiLiCorr tree with the
     prompt-lookup graft) gives the target's own greedy text on the real target (fp32), batch 1 and 2."""
-    from lilicorr.decoding.methods import FASTEST, build_engine
+    from lilicorr.decoding.build import build_engine
+    from lilicorr.decoding.config import FASTEST
 
     target, drafts = smollm2
-    ref = SpecEngine(target).generate(_reqs(target))
+    ref = build_engine(target).generate(_reqs(target))
     method, options = FASTEST["lilicorr"]
     engine = build_engine(target, SpecConfig(method=method, options=dict(options)), drafts["smollm2-lilicorr"])
     reqs = engine.generate(_reqs(target)[:1]) + engine.generate(_reqs(target)[1:3]) + engine.generate(_reqs(target)[3:])

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from lilicorr.decoding.engine import SpecConfig, SpecEngine
-from lilicorr.decoding.methods import build_engine
+from lilicorr.decoding.build import build_engine
+from lilicorr.decoding.config import SpecConfig
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from tests.decoding.engine_helpers import ReferenceProposer, random_draft
@@ -31,13 +31,13 @@ def _full_forward_logprobs(model, prompt, out):
 @pytest.fixture(scope="module")
 def engines(tiny_target):
     dflash, lilicorr = random_draft(tiny_target, lilicorr=False), random_draft(tiny_target, lilicorr=True)
-    ar = SpecEngine(tiny_target)
+    ar = build_engine(tiny_target)
     ref_reqs = ar.generate(_reqs())
     refs = {i: r.output_ids for i, r in enumerate(ref_reqs)}
     return {
-        "ar": lambda: SpecEngine(tiny_target),
-        "dflash": lambda: SpecEngine(tiny_target, dflash, SpecConfig(num_speculative_tokens=3)),
-        "lilicorr": lambda: SpecEngine(tiny_target, lilicorr),
+        "ar": lambda: build_engine(tiny_target),
+        "dflash": lambda: build_engine(tiny_target, SpecConfig(num_speculative_tokens=3), dflash),
+        "lilicorr": lambda: build_engine(tiny_target, None, lilicorr),
         "ddtree": lambda: build_engine(tiny_target, SpecConfig(method="ddtree", options={"tree_budget": 8}), dflash),
         "high-acceptance": lambda: _double(tiny_target, dflash, refs),
     }
@@ -51,7 +51,7 @@ def _double(target, draft, refs):
             self.references = {id(r): refs[int(r.id)] + [5] * 8 for r in d.requests}
             return super().propose(d, temperature, uniforms, timer)
 
-    return SpecEngine(target, draft, SpecConfig(num_speculative_tokens=4), proposer=Keyed({}, target.vocab_size))
+    return build_engine(target, SpecConfig(num_speculative_tokens=4), draft, proposer=Keyed({}, target.vocab_size))
 
 
 @pytest.mark.parametrize("method", ["ar", "dflash", "lilicorr", "ddtree", "high-acceptance"])
@@ -84,16 +84,18 @@ def test_sampled_tokens_get_the_raw_logprob_of_the_row_they_came_from(tiny_targe
 
 
 def test_no_logprobs_unless_asked(tiny_target):
-    r = SpecEngine(tiny_target).generate([Request([5, 6], SamplingParams(max_tokens=4))])[0]
+    r = build_engine(tiny_target).generate([Request([5, 6], SamplingParams(max_tokens=4))])[0]
     assert r.logprobs == []
     with pytest.raises(ValueError, match="logprobs"):
         SamplingParams(logprobs=-1).validate()
 
 
 def test_stop_token_ids_end_the_request_like_eos(tiny_target):
-    free = SpecEngine(tiny_target).generate([Request([5, 6], SamplingParams(max_tokens=12))])[0].output_ids
+    free = build_engine(tiny_target).generate([Request([5, 6], SamplingParams(max_tokens=12))])[0].output_ids
     stop_at = free[4]
     first = free.index(stop_at)
-    r = SpecEngine(tiny_target).generate([Request([5, 6], SamplingParams(max_tokens=12, stop_token_ids=[stop_at]))])[0]
+    r = build_engine(tiny_target).generate([Request([5, 6], SamplingParams(max_tokens=12, stop_token_ids=[stop_at]))])[
+        0
+    ]
     assert r.output_ids == free[: first + 1] and r.finish_reason == "stop"
     assert r.text(tiny_target.tokenizer.decode) == tiny_target.tokenizer.decode(free[:first])

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from lilicorr.decoding.engine import SpecConfig, SpecEngine
+from lilicorr.decoding.build import build_engine
+from lilicorr.decoding.config import SpecConfig
 from lilicorr.decoding.methods.ngram import NgramProposer, lookup
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
@@ -27,8 +28,8 @@ def test_ngram_greedy_identity_and_acceptance(tiny_target, batch):
     base = [torch.randint(4, 300, (6,), generator=g).tolist() for _ in range(12)]
     prompts = [b * 3 for b in base]  # repetitive prompts: lookups do match
     ref = [_greedy_no_cache(tiny_target.model, p, 24) for p in prompts]
-    engine = SpecEngine(
-        tiny_target, None, SpecConfig(method="ngram", num_speculative_tokens=3, options={"prompt_lookup_max": 3})
+    engine = build_engine(
+        tiny_target, SpecConfig(method="ngram", num_speculative_tokens=3, options={"prompt_lookup_max": 3})
     )
     assert engine.method == "ngram"
     reqs = [Request(p, SamplingParams(max_tokens=24), id=str(i), eos_ids=frozenset({0})) for i, p in enumerate(prompts)]

@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from lilicorr.checkpoint import save_draft
-from lilicorr.decoding.engine import SpecConfig
-from lilicorr.decoding.methods import METHODS, Method, build_engine, get_method, method_names, register
+from lilicorr.decoding.build import build_engine
+from lilicorr.decoding.config import SpecConfig
+from lilicorr.decoding.methods import METHODS, Method, get_method, method_names, register
 from lilicorr.decoding.proposal import Proposer
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.models.arms import ARM_KINDS, build_arm, save_arm

@@ -12,7 +12,7 @@ TARGET = ROOT / "models" / "smollm2-135m-instruct"
 @pytest.fixture(scope="module")
 def lilicorr_draft(tmp_path_factory):
     from lilicorr.checkpoint import save_draft
-    from lilicorr.target.runtime import TargetRuntime
+    from lilicorr.runtime.runtime import TargetRuntime
     from lilicorr.training.draft import DraftTrainConfig, build_model
 
     if not (TARGET / "config.json").exists():

@@ -10,7 +10,6 @@ from safetensors.torch import load_file, save_file
 from lilicorr.checkpoint import (
     FLOAT_ONLY_MODULES,
     CheckpointError,
-    check_num_speculative_tokens,
     load_draft,
     save_draft,
     to_scheme_a,
@@ -216,12 +215,16 @@ def test_target_compatibility(saved, target, message):
 
 
 def test_num_speculative_tokens_bounds(saved):
-    cfg = saved[0].cfg
-    check_num_speculative_tokens(cfg, 1)
-    check_num_speculative_tokens(cfg, 5)
-    for bad in (0, 6):
-        with pytest.raises(CheckpointError, match=f"num_speculative_tokens = {bad}: expected 1..5"):
-            load_draft(saved[1] / "a", TARGET, num_speculative_tokens=bad)
+    from lilicorr.decoding.config import SpecConfig, check_num_speculative_tokens, draft_length
+
+    block = saved[0].cfg.block_size
+    assert check_num_speculative_tokens(1, block) == 1 and check_num_speculative_tokens(5, block) == 5
+    assert draft_length(SpecConfig(), block) == block - 1  # the default: the whole block after the anchor
+    with pytest.raises(ValueError, match="num_speculative_tokens = 6: expected 1..5"):
+        check_num_speculative_tokens(6, block)
+    for bad in (0, -1, 2.0, True, "3"):
+        with pytest.raises(ValueError, match="must be a positive integer"):
+            check_num_speculative_tokens(bad, block)
 
 
 def test_missing_files_and_bad_json(tmp_path):

@@ -17,7 +17,7 @@ from lilicorr.checkpoint.quant import (
     quantize_int8,
     quantize_nvfp4,
 )
-from lilicorr.decoding.engine import SpecEngine
+from lilicorr.decoding.build import build_engine
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from tests.decoding.engine_helpers import random_draft
@@ -97,8 +97,8 @@ def test_export_load_and_lossless_decoding(tiny_target, tmp_path, scheme):
         rel = float((quant.fc(x) - ref.fc(x)).norm() / ref.fc(x).norm())
     assert rel < (0.15 if scheme == "nvfp4" else 0.03)
     prompts = [[5, 6, 7, 8], [100, 200, 300]]
-    ar = SpecEngine(tiny_target).generate([Request(p, SamplingParams(max_tokens=12)) for p in prompts])
-    spec = SpecEngine(tiny_target, quant).generate([Request(p, SamplingParams(max_tokens=12)) for p in prompts])
+    ar = build_engine(tiny_target).generate([Request(p, SamplingParams(max_tokens=12)) for p in prompts])
+    spec = build_engine(tiny_target, None, quant).generate([Request(p, SamplingParams(max_tokens=12)) for p in prompts])
     assert [r.output_ids for r in spec] == [r.output_ids for r in ar]  # still lossless
 
 

@@ -9,7 +9,8 @@ import httpx
 import pytest
 import torch
 
-from lilicorr.serve.server import build, parse_speculative_config
+from lilicorr.decoding.config import read_speculative_config
+from lilicorr.serve.server import build
 from tests.decoding.engine_helpers import save_random_draft
 from tests.serve.conftest import serve_app
 
@@ -23,7 +24,7 @@ def _drafts(metrics: str) -> float:
 @pytest.fixture(scope="module")
 def folders(tiny_target_dir, tmp_path_factory):
     from lilicorr.models.arms import build_arm, save_arm
-    from lilicorr.target.runtime import TargetRuntime
+    from lilicorr.runtime.runtime import TargetRuntime
 
     root = tmp_path_factory.mktemp("methods")
     save_random_draft(tiny_target_dir, root / "dflash", lilicorr=False)
@@ -65,7 +66,7 @@ def test_every_method_serves_ar_text_and_counts_drafts(tiny_target_dir, folders,
 
     if "model" in spec:
         spec = {**spec, "model": str(folders / spec["model"])}
-    app, loop = build(str(tiny_target_dir), parse_speculative_config(json.dumps(spec)), "tiny", max_model_len=256)
+    app, loop = build(str(tiny_target_dir), read_speculative_config(json.dumps(spec)), "tiny", max_model_len=256)
     srv, th, url = serve_app(app)
     try:
         client = OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
@@ -91,4 +92,4 @@ def test_every_method_serves_ar_text_and_counts_drafts(tiny_target_dir, folders,
 )
 def test_bad_speculative_configs_are_named(text, match):
     with pytest.raises(ValueError, match=match):
-        parse_speculative_config(text)
+        read_speculative_config(text)

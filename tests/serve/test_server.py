@@ -9,17 +9,17 @@ import time
 import httpx
 import pytest
 
-from lilicorr.decoding.engine import SpecEngine
+from lilicorr.decoding.build import build_engine
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
-from lilicorr.target.runtime import TargetRuntime
+from lilicorr.runtime.runtime import TargetRuntime
 from tests.serve.conftest import MODEL
 
 
 @pytest.fixture(scope="module")
 def reference(tiny_target_dir):
     target = TargetRuntime.load(tiny_target_dir)
-    engine = SpecEngine(target)
+    engine = build_engine(target)
 
     def greedy_text(prompt: str, max_tokens: int) -> str:
         req = Request(

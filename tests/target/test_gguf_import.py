@@ -73,8 +73,8 @@ def tiny_gguf(tmp_path_factory):
 def test_import_matches_transformers_own_gguf_load(tiny_gguf, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from lilicorr.target.gguf_import import import_gguf
-    from lilicorr.target.runtime import TargetRuntime
+    from lilicorr.runtime.gguf_import import import_gguf
+    from lilicorr.runtime.runtime import TargetRuntime
 
     meta = import_gguf(tiny_gguf, tmp_path / "out")
     assert meta["architecture"] == "LlamaForCausalLM" and len(meta["source_sha256"]) == 64
@@ -92,8 +92,8 @@ def test_import_matches_transformers_own_gguf_load(tiny_gguf, tmp_path):
 
 
 def test_bad_input_names_the_file_and_writes_nothing(tmp_path):
-    from lilicorr.target.gguf_import import import_gguf
-    from lilicorr.target.runtime import TargetError
+    from lilicorr.runtime.gguf_import import import_gguf
+    from lilicorr.runtime.runtime import TargetError
 
     with pytest.raises(TargetError, match="not found"):
         import_gguf(tmp_path / "missing.gguf", tmp_path / "out")
@@ -109,7 +109,7 @@ def test_bad_input_names_the_file_and_writes_nothing(tmp_path):
 
 
 def test_imported_card_records_source_speed_and_answers(tiny_gguf, tmp_path):
-    from lilicorr.target.gguf_import import import_gguf
+    from lilicorr.runtime.gguf_import import import_gguf
     from lilicorr.training.imported_card import SAMPLE_QUESTIONS, write_imported_card
 
     meta = import_gguf(tiny_gguf, tmp_path / "out")

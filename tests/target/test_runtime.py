@@ -4,7 +4,7 @@ import shutil
 import pytest
 import torch
 
-from lilicorr.target.runtime import TargetError, TargetRuntime
+from lilicorr.runtime.runtime import TargetError, TargetRuntime
 
 
 def _full_forward(rt, ids):

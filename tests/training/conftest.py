@@ -8,10 +8,10 @@ from safetensors.torch import save_file
 @pytest.fixture(scope="session")
 def regen_data(tiny_target_dir, tmp_path_factory):
     """Sequences continued by the tiny target itself (what `lilicorr data regenerate` makes)."""
-    from lilicorr.decoding.engine import SpecEngine
+    from lilicorr.decoding.build import build_engine
     from lilicorr.decoding.request import Request
     from lilicorr.decoding.sampling import SamplingParams
-    from lilicorr.target.runtime import TargetRuntime
+    from lilicorr.runtime.runtime import TargetRuntime
 
     target = TargetRuntime.load(tiny_target_dir)
     g = torch.Generator().manual_seed(0)
@@ -22,7 +22,7 @@ def regen_data(tiny_target_dir, tmp_path_factory):
         )
         for i in range(40)
     ]
-    SpecEngine(target).generate(reqs)
+    build_engine(target).generate(reqs)
     tokens = torch.tensor([r.prompt_ids + r.output_ids for r in reqs], dtype=torch.int32)
     mask = torch.zeros_like(tokens, dtype=torch.bool)
     mask[:, 8:] = True

@@ -126,7 +126,7 @@ def test_head_mode_freezes_backbone(tiny_target_dir, regen_data, tmp_path):
 
 
 def test_lattice_loss_alone_reaches_the_backbone(tiny_target_dir, regen_data, tmp_path):
-    from lilicorr.target.runtime import TargetRuntime
+    from lilicorr.runtime.runtime import TargetRuntime
     from lilicorr.training.regenerate import load_regenerated
 
     # Start from a briefly trained backbone so that truths land in the lattice (supervised slots).
@@ -180,7 +180,7 @@ def test_two_processes_equal_one_at_same_global_batch(tiny_target_dir, regen_dat
     import torch.multiprocessing as mp
 
     from lilicorr.checkpoint import load_draft
-    from lilicorr.target.runtime import TargetRuntime
+    from lilicorr.runtime.runtime import TargetRuntime
 
     single = _cfg(tiny_target_dir, regen_data, tmp_path / "one", "lilicorr", steps=4, bf16=False)
     train_draft(single)
@@ -346,7 +346,7 @@ def test_per_module_clipping_groups_and_training(tiny_target_dir, regen_data, tm
 
     cfg = _cfg(tiny_target_dir, regen_data, tmp_path / "pm", "lilicorr", steps=40)
     cfg.clip_per_module, cfg.head_grad_to_backbone = True, 0.25
-    from lilicorr.target.runtime import TargetRuntime
+    from lilicorr.runtime.runtime import TargetRuntime
 
     model = build_model(cfg, TargetRuntime.load(tiny_target_dir))
     backbone, head = _param_groups(torch.nn.ModuleDict({"draft": model}))

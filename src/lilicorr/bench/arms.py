@@ -11,10 +11,12 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from lilicorr.decoding.engine import SpecConfig, SpecEngine
-from lilicorr.decoding.methods import LOOKUP_ON, build_engine, get_method
+from lilicorr.decoding.build import build_engine
+from lilicorr.decoding.config import LOOKUP_ON, SpecConfig
+from lilicorr.decoding.engine import SpecEngine
+from lilicorr.decoding.methods import get_method
 from lilicorr.models.arms import arm_kind
-from lilicorr.target.runtime import TargetRuntime
+from lilicorr.runtime.runtime import TargetRuntime
 
 
 @dataclass

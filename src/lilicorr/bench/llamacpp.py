@@ -3,14 +3,14 @@ GGUF, with or without a drafter GGUF exported by ``lilicorr export --format gguf
 
 Used by the llama.cpp check (``make llamacpp-check``: text with a drafter identical to text without
 one) and by ``benchmarks/llamacpp_speed.py`` (tokens/s and acceptance beside lilicorr's engine).
-The server process itself is ``lilicorr.target.llama_server.LlamaServer``.
+The server process itself is ``lilicorr.runtime.llama_server.LlamaServer``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lilicorr.target.llama_server import LLAMA_SERVER, LlamaServer
+from lilicorr.runtime.llama_server import LLAMA_SERVER, LlamaServer
 
 __all__ = ["LLAMA_SERVER", "Answer", "LlamaServer", "chat", "pooled"]
 

@@ -25,7 +25,7 @@ from lilicorr.decoding.methods import get_method
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.decoding.stats import SpecStats
-from lilicorr.target.runtime import TargetRuntime, cpu_has_fast_bf16, resolve_dtype
+from lilicorr.runtime.runtime import TargetRuntime, cpu_has_fast_bf16, resolve_dtype
 
 
 def run_arm(

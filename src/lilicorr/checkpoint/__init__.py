@@ -1,7 +1,6 @@
 """Draft checkpoint I/O: HF-style folders that vLLM and SGLang load unchanged."""
 
 from lilicorr.checkpoint.io import (
-    check_num_speculative_tokens,
     load_draft,
     read_draft_config,
     save_draft,
@@ -15,7 +14,6 @@ from lilicorr.models.head import FLOAT_ONLY_MODULES
 __all__ = [
     "FLOAT_ONLY_MODULES",
     "CheckpointError",
-    "check_num_speculative_tokens",
     "load_draft",
     "read_draft_config",
     "save_draft",

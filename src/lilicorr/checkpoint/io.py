@@ -127,13 +127,6 @@ def check_target_compat(cfg: DraftConfig, target_cfg, where: str) -> None:
         )
 
 
-def check_num_speculative_tokens(cfg: DraftConfig, n: int) -> None:
-    if not 1 <= n <= cfg.block_size - 1:
-        raise CheckpointError(
-            f"num_speculative_tokens = {n}: expected 1..{cfg.block_size - 1} (block_size {cfg.block_size} - 1)"
-        )
-
-
 def _expected_shapes(cfg: DraftConfig) -> dict[str, tuple[int, ...]]:
     with torch.device("meta"):
         model = DraftModel(cfg)
@@ -174,9 +167,7 @@ def _quantized_shapes(scheme: str, module: str, shape: tuple[int, ...]) -> dict[
     return {f"{module}.weight": (out_f, in_f), f"{module}.weight_scale": (out_f, 1)}
 
 
-def validate_draft_folder(
-    path: str | Path, target_cfg=None, num_speculative_tokens: int | None = None
-) -> ValidatedFolder:
+def validate_draft_folder(path: str | Path, target_cfg=None) -> ValidatedFolder:
     """Check config, target compatibility, quantization rules and tensor coverage."""
     from lilicorr.checkpoint.quant import check_exclusions, must_stay_float, scheme_of
 
@@ -186,8 +177,6 @@ def validate_draft_folder(
     scheme, exclude = scheme_of(json.loads((path / "config.json").read_text()).get("quantization_config"), where)
     if target_cfg is not None:
         check_target_compat(cfg, target_cfg, where)
-    if num_speculative_tokens is not None:
-        check_num_speculative_tokens(cfg, num_speculative_tokens)
     expected = _expected_shapes(cfg)
     found: dict[str, tuple[Path, str]] = {}
     shapes: dict[str, tuple[int, ...]] = {}
@@ -257,7 +246,6 @@ def load_draft(
     path: str | Path,
     target_cfg=None,
     dtype: torch.dtype = torch.float32,
-    num_speculative_tokens: int | None = None,
     int8_kernels: bool = True,
 ) -> DraftModel:
     """Validate everything, then build and fill the model (strict); nothing partial is returned.
@@ -267,7 +255,7 @@ def load_draft(
     """
     from lilicorr.checkpoint.quant import Int8Linear, dequantize_nvfp4
 
-    cfg, sources, quantized = validate_draft_folder(path, target_cfg, num_speculative_tokens)
+    cfg, sources, quantized = validate_draft_folder(path, target_cfg)
     raw_t: dict[str, torch.Tensor] = {}
     by_file: dict[Path, list[tuple[str, str]]] = {}
     for name, (f, raw) in sources.items():

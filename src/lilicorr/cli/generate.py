@@ -41,7 +41,7 @@ def add_method_args(p: argparse.ArgumentParser) -> None:
         choices=method_names(),
         default=None,
         help="proposal method. Default with --draft alone (no method option, draft length or sampling chosen): "
-        "the fastest lossless configuration measured (lilicorr.decoding.methods.FASTEST: a LiLiCorr folder runs "
+        "the fastest lossless configuration measured (lilicorr.decoding.config.FASTEST: a LiLiCorr folder runs "
         "lilicorr-tree with 16 nodes and the prompt-lookup graft, a DFlash folder ddtree likewise, an arm "
         "folder its arm); with any of those chosen, what the folder is (vLLM's rule); ar without --draft. "
         f"{lines}",
@@ -134,11 +134,11 @@ def run_generate(args: argparse.Namespace) -> int:
 
     from lilicorr.checkpoint import CheckpointError, load_draft
     from lilicorr.data.chat import row_ids
-    from lilicorr.decoding.engine import SpecConfig, SpecEngine
-    from lilicorr.decoding.methods import build_engine, fastest_config
+    from lilicorr.decoding.build import build_engine
+    from lilicorr.decoding.config import SpecConfig, default_config, parse_speculative_config
     from lilicorr.decoding.request import Request
     from lilicorr.decoding.sampling import SamplingParams
-    from lilicorr.target.runtime import TargetError, TargetRuntime, resolve_dtype
+    from lilicorr.runtime.runtime import TargetError, TargetRuntime, resolve_dtype
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -148,10 +148,10 @@ def run_generate(args: argparse.Namespace) -> int:
         draft = load_draft(args.draft, target.model.config, dtype=dtype) if args.draft else None
         spec = SpecConfig.from_attrs(args, options=method_options(args))
         if draft is not None and untuned(args):  # `--draft` alone: the fastest measured configuration
-            method, options = fastest_config(draft, args.draft)
-            spec = SpecConfig.from_attrs(args, method=method, options=options)
+            default = parse_speculative_config(default_config(args.draft))
+            spec = SpecConfig.from_attrs(args, method=default.method, options=default.options)
         engine = build_engine(target, spec, draft, args.draft)
-        ar_engine = SpecEngine(target) if args.compare_ar else None
+        ar_engine = build_engine(target) if args.compare_ar else None
     except (TargetError, CheckpointError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

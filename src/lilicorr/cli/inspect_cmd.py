@@ -26,6 +26,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     from safetensors import safe_open
 
     from lilicorr.checkpoint import CheckpointError, validate_draft_folder
+    from lilicorr.decoding.config import check_num_speculative_tokens
 
     target_cfg = None
     try:
@@ -33,13 +34,19 @@ def run_inspect(args: argparse.Namespace) -> int:
             from transformers import AutoConfig
 
             target_cfg = AutoConfig.from_pretrained(args.target)
-        cfg, sources, quantized = validate_draft_folder(args.checkpoint, target_cfg, args.num_speculative_tokens)
+        cfg, sources, quantized = validate_draft_folder(args.checkpoint, target_cfg)
     except CheckpointError as e:
         print(f"INVALID: {e}")
         return 1
     except (OSError, ValueError) as e:
         print(f"INVALID: target {args.target}: {e}")
         return 1
+    if args.num_speculative_tokens is not None:
+        try:
+            check_num_speculative_tokens(args.num_speculative_tokens, cfg.block_size)
+        except ValueError as e:
+            print(f"INVALID: {e}")
+            return 1
     counts: Counter[str] = Counter()
     for name, (f, raw) in sources.items():
         if name.endswith((".weight_scale", ".weight_scale_2", ".input_scale")):

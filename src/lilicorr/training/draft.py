@@ -32,7 +32,7 @@ from lilicorr.models.arms import ARM_KINDS
 from lilicorr.models.backbone import training_block_mask
 from lilicorr.models.config import DraftConfig, LiLiCorrGeometry
 from lilicorr.models.draft import DraftModel, default_layer_ids_for
-from lilicorr.target.runtime import TargetRuntime, resolve_device
+from lilicorr.runtime.runtime import TargetRuntime, resolve_device
 from lilicorr.training.losses import (
     HeadLossWeights,
     block_labels,

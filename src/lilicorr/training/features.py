@@ -55,7 +55,7 @@ def extract_features(
     dtype: str = "bfloat16",
     device: str = "cpu",
 ) -> dict:
-    from lilicorr.target.runtime import TargetRuntime
+    from lilicorr.runtime.runtime import TargetRuntime
     from lilicorr.training.regenerate import load_regenerated
 
     data = load_regenerated(data_path)

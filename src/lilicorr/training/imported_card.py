@@ -17,10 +17,10 @@ import torch
 from lilicorr.data.atomic import atomic_write_text
 from lilicorr.data.chat import row_ids
 from lilicorr.data.wheels import sha256_file
-from lilicorr.decoding.engine import SpecEngine
+from lilicorr.decoding.build import build_engine
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
-from lilicorr.target.runtime import TargetRuntime, cpu_has_fast_bf16
+from lilicorr.runtime.runtime import TargetRuntime, cpu_has_fast_bf16
 
 SAMPLE_QUESTIONS = [
     "What is the capital of France, and what is it famous for?",
@@ -33,7 +33,7 @@ def _answers(target: TargetRuntime, max_tokens: int) -> tuple[list[str], float]:
     """Greedy answers to the sample questions at batch 1; tokens/s over all of them."""
     tok = target.tokenizer
     eos = frozenset(target.eos_token_ids)
-    engine = SpecEngine(target)
+    engine = build_engine(target)
     texts, n, secs = [], 0, 0.0
     for q in SAMPLE_QUESTIONS:
         req = Request(

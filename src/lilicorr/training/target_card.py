@@ -17,10 +17,10 @@ from lilicorr.data.atomic import atomic_write_text
 from lilicorr.data.corpus import CATEGORIES
 from lilicorr.data.prompts import test_prompts
 from lilicorr.data.tokens import fixed_windows, token_array
-from lilicorr.decoding.engine import SpecEngine
+from lilicorr.decoding.build import build_engine
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
-from lilicorr.target.runtime import TargetRuntime
+from lilicorr.runtime.runtime import TargetRuntime
 from lilicorr.training.target import evaluate_lm
 
 
@@ -45,7 +45,7 @@ def _continue(target: TargetRuntime, prompts: list[dict], params: SamplingParams
         )
         for p in prompts
     ]
-    return SpecEngine(target).generate(reqs)
+    return build_engine(target).generate(reqs)
 
 
 def evaluate_target(model_dir: Path, corpus: Path, seq_len: int = 256, windows: int = 64) -> dict:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lilicorr.decoding.methods import BuildContext, Method, register
+from lilicorr.decoding.methods.base import BuildContext, Method, register
 from lilicorr.decoding.proposal import Proposer
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from lilicorr.decoding.methods import Method, register
+from lilicorr.decoding.methods.base import Method, register
 from lilicorr.decoding.proposal import DraftOutput, Proposal, Proposer
 from lilicorr.decoding.sampling import inverse_cdf
 from lilicorr.decoding.stats import StageTimer

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from lilicorr.decoding.methods import BuildContext, Method, Option, register
+from lilicorr.decoding.methods.base import BuildContext, Method, Option, register
 from lilicorr.decoding.proposal import DraftOutput, Proposal, Proposer
 from lilicorr.decoding.stats import StageTimer
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from lilicorr.decoding.methods import BuildContext, Method, register
+from lilicorr.decoding.methods.base import BuildContext, Method, register
 from lilicorr.decoding.proposal import DraftOutput, Proposal, Proposer
 from lilicorr.decoding.stats import StageTimer
 from lilicorr.models.head import candidates

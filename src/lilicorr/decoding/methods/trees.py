@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from lilicorr.decoding.methods import AUTO, BuildContext, Method, Option, register
+from lilicorr.decoding.methods.base import AUTO, BuildContext, Method, Option, register
 from lilicorr.decoding.methods.lilicorr import LiLiCorrProposer, lilicorr_head
 from lilicorr.decoding.methods.ngram import lookup_request
 from lilicorr.decoding.proposal import DraftOutput, Proposal, Proposer
