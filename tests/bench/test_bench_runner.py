@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from lilicorr.bench.arms import Arm, default_arms, with_draft_lengths
 from lilicorr.bench.runner import run_bench
+from lilicorr.bench.variants import Variant, default_variants, with_draft_lengths
 from tests.decoding.engine_helpers import save_random_draft
 
 
@@ -21,7 +21,7 @@ PROMPTS = [{"id": f"p{i}", "prompt": "def f(x):" * (i + 1), "category": ("code",
 def test_rerun_resumes_every_piece(tiny_target_dir, drafts, tmp_path):
     out = tmp_path / "bench"
     sweep = {"concurrencies": [1, 2], "input_lens": [16], "max_tokens": 4}
-    arms = [a for a in default_arms(drafts) if a.method in ("ar", "lilicorr", "dflash")]
+    arms = [a for a in default_variants(drafts) if a.method in ("ar", "lilicorr", "dflash")]
     first = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 6, out=out, arms=arms, sweep=sweep)
     assert "resumed" not in first
     second = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 6, out=out, arms=arms, sweep=sweep)
@@ -41,7 +41,7 @@ def test_rerun_resumes_every_piece(tiny_target_dir, drafts, tmp_path):
 
 def test_half_written_part_is_recomputed(tiny_target_dir, drafts, tmp_path):
     out = tmp_path / "bench"
-    arms = [Arm("ar", "ar")]
+    arms = [Variant("ar", "ar")]
     run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 4, out=out, arms=arms)
     for part in (out / "parts").glob("*.json"):
         part.write_text(part.read_text()[:20])  # truncated, as after a crash outside the atomic write
@@ -50,7 +50,7 @@ def test_half_written_part_is_recomputed(tiny_target_dir, drafts, tmp_path):
 
 
 def test_draft_length_variants(tiny_target_dir, drafts, tmp_path):
-    arms = with_draft_lengths(default_arms(drafts), [1, 3])
+    arms = with_draft_lengths(default_variants(drafts), [1, 3])
     names = [a.name for a in arms]
     assert "ar" in names and "lc@n1" in names and "lc:oracle@n3" in names and "df:ddtree" in names
     run = [a for a in arms if a.name in ("ar", "lc@n1", "lc@n3", "df@n1")]
@@ -85,7 +85,7 @@ def test_long_prompts_have_the_length_and_both_categories(tmp_path):
 
 
 def test_probabilistic_arms_run_only_when_sampling(tiny_target_dir, drafts):
-    arms = [a for a in default_arms(drafts) if a.name in ("ar", "lc:prob", "df:prob")]
+    arms = [a for a in default_variants(drafts) if a.name in ("ar", "lc:prob", "df:prob")]
     res = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0, 1.0], 6, arms=arms)
     names = {(r["temperature"], r["arm"]["name"]) for r in res["runs"]}
     assert names == {(0.0, "ar"), (1.0, "ar"), (1.0, "lc:prob"), (1.0, "df:prob")}
@@ -93,7 +93,7 @@ def test_probabilistic_arms_run_only_when_sampling(tiny_target_dir, drafts):
 
 
 def test_sweep_skips_oracle_and_probabilistic_arms(tiny_target_dir, drafts):
-    arms = default_arms(drafts)
+    arms = default_variants(drafts)
     sweep = {"concurrencies": [1], "input_lens": [8], "max_tokens": 3}
     res = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 4, arms=arms, sweep=sweep)
     swept = {r["arm"] for r in res["sweep"]}
@@ -101,20 +101,20 @@ def test_sweep_skips_oracle_and_probabilistic_arms(tiny_target_dir, drafts):
 
 
 def test_hf_generate_baseline_matches_engine_ar(tiny_target):
-    from lilicorr.bench.runner import hf_generate_baseline, run_arm
+    from lilicorr.bench.runner import hf_generate_baseline, run_variant
 
     prompts = [{"id": "a", "prompt": "def f(x):"}, {"id": "b", "messages": [{"role": "user", "content": "hi"}]}]
     hf = hf_generate_baseline(tiny_target, prompts, 12)
-    ar = run_arm(tiny_target, Arm("ar", "ar"), prompts, 0.0, 12, {})
+    ar = run_variant(tiny_target, Variant("ar", "ar"), prompts, 0.0, 12, {})
     assert hf["outputs"] == ar["outputs"] and all(len(v) == 12 for v in hf["outputs"].values())
     assert hf["tokens_per_s"] > 0
 
 
 def test_tree_budget_variants_and_pooled_sweep(tiny_target_dir, drafts):
-    from lilicorr.bench.arms import with_tree_budgets
     from lilicorr.bench.report import sweep_speedup_table
+    from lilicorr.bench.variants import with_tree_budgets
 
-    arms = with_tree_budgets(default_arms(drafts), [4])
+    arms = with_tree_budgets(default_variants(drafts), [4])
     by_name = {a.name: a for a in arms}
     assert by_name["lc:tree@b4"].options == {"tree_budget": 4} and by_name["lc:tree"].options == {"tree_budget": "auto"}
     assert "lc@b4" not in by_name  # chains have no node budget

@@ -15,7 +15,7 @@ def test_vllm_modelopt_parser_excludes_every_float_only_module(tmp_path):
     from vllm.model_executor.layers.quantization.modelopt import ModelOptNvFp4Config
 
     from lilicorr.checkpoint import load_draft
-    from lilicorr.checkpoint.quant import export_quantized
+    from lilicorr.export.quantized import export_quantized
 
     if not (DRAFT / "config.json").exists():
         pytest.skip(f"{DRAFT} not in this checkout")

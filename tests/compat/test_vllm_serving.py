@@ -59,7 +59,7 @@ def vllm_server(request, tmp_path_factory):
         pytest.fail(f"{target_dir} missing: `make compat` builds it (make target)")
     if name.endswith("-int8"):
         from lilicorr.checkpoint import load_draft
-        from lilicorr.checkpoint.quant import export_quantized
+        from lilicorr.export.quantized import export_quantized
 
         quantized = tmp_path_factory.mktemp("int8") / "draft"
         export_quantized(load_draft(draft_dir, int8_kernels=False), quantized, "int8", source=draft_dir)

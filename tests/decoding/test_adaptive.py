@@ -165,10 +165,9 @@ def test_tree_widths_sum_node_probabilities():
 
 def test_auto_tree_budget(tiny_target):
     """``tree_budget: auto`` prunes each tree by the measured cost curve, without the flag."""
-    from lilicorr.decoding.methods.trees import AUTO_TREE_CAP
-
     from lilicorr.decoding.config import parse_speculative_config
     from lilicorr.decoding.methods import get_method
+    from lilicorr.decoding.methods.trees import AUTO_TREE_CAP
 
     assert get_method("ddtree").resolve_options({})["tree_budget"] == 16  # measured faster than auto here
     assert parse_speculative_config({"method": "ddtree", "model": "x", "tree_budget": "auto"}).options == {

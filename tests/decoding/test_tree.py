@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-from lilicorr.decoding.methods.trees import tree_proposal
 
 from lilicorr.decoding.build import build_engine
 from lilicorr.decoding.config import SpecConfig
+from lilicorr.decoding.methods.trees import tree_proposal
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.decoding.tree import build_tree
 from tests.decoding.engine_helpers import random_draft

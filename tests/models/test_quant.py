@@ -11,7 +11,6 @@ from lilicorr.checkpoint.quant import (
     E2M1_VALUES,
     Int8Linear,
     dequantize_nvfp4,
-    export_quantized,
     float_modules,
     must_stay_float,
     quantize_int8,
@@ -20,6 +19,7 @@ from lilicorr.checkpoint.quant import (
 from lilicorr.decoding.build import build_engine
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
+from lilicorr.export.quantized import export_quantized
 from tests.decoding.engine_helpers import random_draft
 
 

@@ -257,7 +257,7 @@ def test_bench_quick_and_draft_card(tiny_target_dir, regen_data, tmp_path):
 
 @pytest.mark.parametrize("mode", ["dflash2", "dspark", "domino"])
 def test_comparison_arm_training(tiny_target_dir, regen_data, tmp_path, mode):
-    from lilicorr.bench.arms import default_arms
+    from lilicorr.bench.variants import default_variants
     from lilicorr.checkpoint import load_draft
     from lilicorr.models.arms import load_arm
 
@@ -266,7 +266,7 @@ def test_comparison_arm_training(tiny_target_dir, regen_data, tmp_path, mode):
     assert sum(losses[-2:]) / 2 < sum(losses[:2]) / 2
     assert not load_draft(tmp_path / mode).is_lilicorr  # the backbone stays a plain DFlashDraftModel
     assert load_arm(tmp_path / mode).kind == mode
-    assert [a.name for a in default_arms([str(tmp_path / mode)])][-1] == f"{mode}:{mode}"
+    assert [a.name for a in default_variants([str(tmp_path / mode)])][-1] == f"{mode}:{mode}"
     from lilicorr.training.draft_card import write_draft_card
 
     meta = tmp_path / "meta.json"
@@ -367,8 +367,8 @@ def test_card_command_round_trips_through_the_cli(mode):
     from dataclasses import asdict
 
     from lilicorr.cli.main import build_parser
+    from lilicorr.options import from_args
     from lilicorr.training.draft_card import train_command
-    from lilicorr.training.options import from_args
 
     cfg = DraftTrainConfig(
         target="t",

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from lilicorr.bench.arms import Arm, arm_engine, default_arms
+from lilicorr.bench.variants import Variant, default_variants, variant_engine
 from lilicorr.checkpoint import load_draft
 from lilicorr.data.atomic import atomic_write_text
 from lilicorr.data.chat import row_ids
@@ -28,9 +28,9 @@ from lilicorr.decoding.stats import SpecStats
 from lilicorr.runtime.runtime import TargetRuntime, cpu_has_fast_bf16, resolve_dtype
 
 
-def run_arm(
+def run_variant(
     target: TargetRuntime,
-    arm: Arm,
+    arm: Variant,
     prompts: list[dict],
     temperature: float,
     max_tokens: int,
@@ -60,9 +60,9 @@ def run_arm(
 
     reqs = requests()
     refs = {id(r): references[r.id] for r in reqs} if references else None
-    engine = arm_engine(target, arm, drafts, refs)
+    engine = variant_engine(target, arm, drafts, refs)
     ar_engine, ar_reqs, ar_s = (
-        (arm_engine(target, Arm("ar", "ar"), drafts, None), requests(), 0.0) if paired_ar else (None, [], 0.0)
+        (variant_engine(target, Variant("ar", "ar"), drafts, None), requests(), 0.0) if paired_ar else (None, [], 0.0)
     )
     per_request, total_tokens, total_s = [], 0, 0.0
     for i, (p, r) in enumerate(zip(prompts, reqs, strict=True)):
@@ -150,7 +150,7 @@ def run_bench(
     temperatures: list[float],
     max_tokens: int,
     out: Path | None = None,
-    arms: list[Arm] | None = None,
+    arms: list[Variant] | None = None,
     seed: int = 0,
     sweep: dict | None = None,
     dtype: str = "float32",
@@ -158,7 +158,7 @@ def run_bench(
     paired_ar: bool = False,
 ) -> dict:
     """Every arm × temperature on the prompts (batch 1; ``paired_ar``: each prompt also decoded by AR just
-    before the arm, see ``run_arm``; the sweep then pairs each cell with AR too); optionally the throughput sweep
+    before the arm, see ``run_variant``; the sweep then pairs each cell with AR too); optionally the throughput sweep
     (``sweep = {"concurrencies": [...], "input_lens": [...], "max_tokens": n, "arms": [names] | None,
     "pooled": bool}``; pooled: one pool of all prompts instead of the three entropy tiers).
 
@@ -172,7 +172,7 @@ def run_bench(
     torch_dtype = resolve_dtype(dtype)  # target and drafters alike; AR runs in the same dtype
     dtype = str(torch_dtype).removeprefix("torch.")
     target = TargetRuntime.load(target_dir, dtype=torch_dtype, device=device)
-    arms = arms or default_arms(draft_dirs)
+    arms = arms or default_variants(draft_dirs)
     drafts = {d: load_draft(d, target.model.config, dtype=torch_dtype) for d in {a.draft for a in arms if a.draft}}
     cache = PartCache(out, fingerprint(target_dir, prompts, max_tokens, seed, dtype))
     tiers = cache.get("tiers") or entropy_tiers(target, prompts)
@@ -189,8 +189,8 @@ def run_bench(
         "runs": [],
     }
     for temp in temperatures:
-        ar = cache.get(f"run/ar/T={temp}") or run_arm(
-            target, Arm("ar", "ar"), prompts, temp, max_tokens, drafts, seed=seed
+        ar = cache.get(f"run/ar/T={temp}") or run_variant(
+            target, Variant("ar", "ar"), prompts, temp, max_tokens, drafts, seed=seed
         )
         cache.put(f"run/ar/T={temp}", ar)
         results["runs"].append(ar)
@@ -213,7 +213,7 @@ def run_bench(
             res = cache.get(key)
             if res is None:
                 try:
-                    res = run_arm(
+                    res = run_variant(
                         target, arm, prompts, temp, max_tokens, drafts, ar["outputs"], seed, paired_ar=paired_ar
                     )
                 except Exception as e:  # noqa: BLE001 - one broken arm must not lose the others' figures

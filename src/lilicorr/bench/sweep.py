@@ -14,8 +14,8 @@ from dataclasses import asdict
 import torch
 from tqdm import tqdm
 
-from lilicorr.bench.arms import Arm, arm_engine
 from lilicorr.bench.cache import weights_id
+from lilicorr.bench.variants import Variant, variant_engine
 from lilicorr.data.chat import row_ids
 from lilicorr.decoding.methods import get_method
 from lilicorr.decoding.request import Request
@@ -79,7 +79,7 @@ def measure(engine, prompts: list[list[int]], max_tokens: int) -> tuple[float, f
 
 def throughput_sweep(
     target: TargetRuntime,
-    arms: list[Arm],
+    arms: list[Variant],
     drafts: dict,
     prompts: list[dict],
     concurrencies: list[int],
@@ -118,8 +118,8 @@ def throughput_sweep(
                     rows.extend(done)
                     continue
                 cell = []
-                engine = arm_engine(target, arm, drafts, None)
-                ar_engine = arm_engine(target, Arm("ar", "ar"), drafts, None) if pair else None
+                engine = variant_engine(target, arm, drafts, None)
+                ar_engine = variant_engine(target, Variant("ar", "ar"), drafts, None) if pair else None
                 for c in concurrencies:
                     batch = [base[i % len(base)] for i in range(c)]
                     row = {"arm": arm.name, "tier": tier, "input_len": in_len, "concurrency": c}

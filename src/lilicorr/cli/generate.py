@@ -12,67 +12,13 @@ import sys
 import time
 from pathlib import Path
 
-
-def add_dtype_arg(p: argparse.ArgumentParser, default: str) -> None:
-    p.add_argument(
-        "--dtype",
-        default=default,
-        choices=["auto", "float32", "bfloat16"],
-        help="target and drafter weights (auto: bf16 on CUDA or an AMX-bf16 CPU, else fp32)",
-    )
-
-
-def add_device_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--device",
-        default="auto",
-        choices=["auto", "cpu", "cuda"],
-        help="where the target runs (auto: CUDA when available); the drafter and the engine stay on the CPU",
-    )
-
-
-def add_method_args(p: argparse.ArgumentParser) -> None:
-    """``--method`` and every method's own options, generated from the methods registry."""
-    from lilicorr.decoding.methods import METHODS, method_names
-
-    lines = "; ".join(f"{m}: {METHODS[m].help}" for m in method_names())
-    p.add_argument(
-        "--method",
-        choices=method_names(),
-        default=None,
-        help="proposal method. Default with --draft alone (no method option, draft length or sampling chosen): "
-        "the fastest lossless configuration measured (lilicorr.decoding.config.FASTEST: a LiLiCorr folder runs "
-        "lilicorr-tree with 16 nodes and the prompt-lookup graft, a DFlash folder ddtree likewise, an arm "
-        "folder its arm); with any of those chosen, what the folder is (vLLM's rule); ar without --draft. "
-        f"{lines}",
-    )
-    seen = set()
-    for m in method_names():
-        for o in METHODS[m].options:
-            if o.key not in seen:
-                seen.add(o.key)
-                # methods may share a key (ngram and the trees: prompt_lookup_*) with their own defaults
-                defaults = {x: d.default for x in method_names() for d in METHODS[x].options if d.key == o.key}
-                shown = ", ".join(f"{x} {v}" for x, v in defaults.items())
-                flag = "--" + o.key.replace("_", "-")
-                p.add_argument(flag, type=o.parse, default=None, help=f"{o.help} (default: {shown})")
-
-
-def method_options(args: argparse.Namespace) -> dict[str, int | str]:
-    """The method options given on the command line (the method checks that they are its own)."""
-    from lilicorr.decoding.methods import option_keys
-
-    return {k: getattr(args, k) for k in option_keys() if getattr(args, k, None) is not None}
-
-
-def untuned(args: argparse.Namespace) -> bool:
-    """No method, method option, draft length or draft sampling chosen: the defaults decide everything."""
-    return (
-        args.method is None
-        and not method_options(args)
-        and args.num_speculative_tokens is None
-        and args.draft_sample_method == "greedy"
-    )
+from lilicorr.cli.common import (
+    add_method_args,
+    add_runtime_args,
+    method_options,
+    read_prompts,
+    untuned,
+)
 
 
 def add_generate_args(p: argparse.ArgumentParser) -> None:
@@ -108,25 +54,8 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ignore-eos", action="store_true")
-    p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", action="store_true", help="one JSON object per prompt")
-    add_dtype_arg(p, "auto")
-    add_device_arg(p)
-
-
-def read_prompts(path: Path) -> list[dict]:
-    """Prompts JSONL: rows with ``messages`` or ``prompt``; ``id`` and ``category`` optional."""
-    from lilicorr.data.prompt_sets import read_prompt_rows
-
-    if not path.exists():
-        raise SystemExit(f"error: prompts file {path} not found")
-    try:
-        records = read_prompt_rows(path)
-    except ValueError as e:
-        raise SystemExit(f"error: {e}") from e
-    if not records:
-        raise SystemExit(f"error: {path}: no prompts")
-    return records
+    add_runtime_args(p, threads=None, dtype="auto")
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -263,3 +192,9 @@ def run_generate(args: argparse.Namespace) -> int:
             summary.update({"ar_tokens_per_s": round(ar_tps, 2), "speedup": round(summary["tokens_per_s"] / ar_tps, 3)})
         print(json.dumps(summary) if args.json else f"summary: {summary}", file=sys.stdout if args.json else sys.stderr)
     return 0
+
+
+def register(sub) -> None:
+    s = sub.add_parser("generate", help="generate text (autoregressive or speculative)")
+    add_generate_args(s)
+    s.set_defaults(func=run_generate)

@@ -32,6 +32,7 @@ from lilicorr.models.arms import ARM_KINDS
 from lilicorr.models.backbone import training_block_mask
 from lilicorr.models.config import DraftConfig, LiLiCorrGeometry
 from lilicorr.models.draft import DraftModel, default_layer_ids_for
+from lilicorr.options import option
 from lilicorr.runtime.runtime import TargetRuntime, resolve_device
 from lilicorr.training.losses import (
     HeadLossWeights,
@@ -40,7 +41,6 @@ from lilicorr.training.losses import (
     sample_anchors,
 )
 from lilicorr.training.objectives import ArmObjective, BlockPass, DFlashObjective, LiLiCorrObjective, Objective
-from lilicorr.training.options import option
 from lilicorr.training.regenerate import load_regenerated
 from lilicorr.training.run import TrainRun
 

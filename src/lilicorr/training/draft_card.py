@@ -27,8 +27,8 @@ def _bench_rows(bench: dict, name: str) -> list[str]:
 def train_command(tc: dict) -> str:
     """The ``lilicorr train draft`` command that reproduces a run, rebuilt from its recorded config by the
     same field table that declares the options (``training/options.py``)."""
+    from lilicorr.options import command_line
     from lilicorr.training.draft import DraftTrainConfig
-    from lilicorr.training.options import command_line
 
     tc = {**tc, "run_dir": "", "device": "auto"}  # where and on what it ran: not part of the recipe
     return command_line("lilicorr train draft", DraftTrainConfig, tc)
@@ -36,7 +36,7 @@ def train_command(tc: dict) -> str:
 
 def _data_command(dc: dict) -> str:
     """The ``lilicorr data regenerate`` command recorded in a data file's provenance."""
-    from lilicorr.training.options import command_line
+    from lilicorr.options import command_line
     from lilicorr.training.regenerate import RegenConfig
 
     return command_line("lilicorr data regenerate", RegenConfig, {**dc, "threads": 2, "device": "cpu"})

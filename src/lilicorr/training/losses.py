@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from lilicorr.models.head import HeadScores
-from lilicorr.training.options import option
+from lilicorr.options import option
 
 
 def sample_anchors(

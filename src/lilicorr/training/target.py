@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -18,6 +18,7 @@ import torch
 from lilicorr.data.atomic import atomic_write_dir
 from lilicorr.data.corpus import CATEGORIES, load_manifest
 from lilicorr.data.tokens import fixed_windows, sample_windows, token_array
+from lilicorr.options import option
 from lilicorr.training.run import TrainRun
 
 # Width vs depth for a CPU budget of ~90 min: shallow-and-wide models run far more tokens/s on 2
@@ -44,28 +45,32 @@ PRESETS: dict[str, dict] = {
 
 @dataclass
 class TargetTrainConfig:
-    preset: str
-    corpus: str
-    tokenizer: str
-    out: str
-    run_dir: str
-    steps: int = 3000
-    batch_size: int = 16
-    seq_len: int = 256
-    lr: float = 2e-3
-    min_lr_ratio: float = 0.1
-    warmup: int = 100
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    code_fraction: float = 0.5
-    seed: int = 0
-    val_every: int = 250
-    val_windows: int = 48
-    checkpoint_minutes: float = 4.0
-    threads: int = 2
-    bf16: bool = True
-    max_position_embeddings: int = 8192
-    extra: dict = field(default_factory=dict)
+    """Every option of ``lilicorr train target`` (the CLI options are generated from these fields)."""
+
+    preset: str = option(help="model size", choices=tuple(PRESETS))
+    tokenizer: str = option(help="tokenizer folder (`lilicorr train tokenizer`)")
+    out: str = option(help="target folder to write")
+    corpus: str = option("data/corpus", "corpus folder")
+    run_dir: str = option("", "logs and resumable checkpoint (default: runs/<out name>)")
+    steps: int = option(3000, "optimiser steps")
+    batch_size: int = option(16, "sequences per step")
+    seq_len: int = option(256, "tokens per sequence")
+    lr: float = option(2e-3, "peak learning rate")
+    min_lr_ratio: float = option(0.1, "final learning rate over the peak (cosine)")
+    warmup: int = option(100, "linear warm-up steps")
+    weight_decay: float = option(0.1, "AdamW weight decay")
+    grad_clip: float = option(1.0, "gradient-norm clip")
+    code_fraction: float = option(0.5, "share of code windows in a batch")
+    seed: int = option(0, "seed of initialisation and batches")
+    val_every: int = option(250, "validate every N steps")
+    val_windows: int = option(48, "validation windows")
+    checkpoint_minutes: float = option(4.0, "resumable checkpoint every N minutes")
+    threads: int = option(2, "torch threads")
+    bf16: bool = option(True, "no bf16 autocast", flag="--fp32", invert=True)
+    max_position_embeddings: int = option(8192, "the model's context length")
+
+    def __post_init__(self) -> None:
+        self.run_dir = self.run_dir or f"runs/{Path(self.out).name}"
 
 
 def build_model(preset: str, vocab_size: int, special: dict[str, int], max_pos: int):

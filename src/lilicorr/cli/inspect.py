@@ -99,3 +99,9 @@ def run_inspect(args: argparse.Namespace) -> int:
             print(f"    {m:40} {quantized[m]}")
     print(info["verdict"])
     return 0
+
+
+def register(sub) -> None:
+    s = sub.add_parser("inspect", help="explain a draft checkpoint: geometry, parameters, validity")
+    add_inspect_args(s)
+    s.set_defaults(func=run_inspect)

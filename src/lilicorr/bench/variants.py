@@ -1,0 +1,155 @@
+"""The variants a benchmark compares: a name, a registered method, a drafter folder and vLLM's options.
+(Results and CLI flags call a bench column an "arm", as before; the comparison *methods* DFlash2 / DSpark /
+Domino are the "comparison arms" of ``models/arms.py``.)
+
+Every variant's engine comes from the one factory (``variant_engine``), like generate's and serve's.
+Tree variants run the ``auto`` node budget (pruned each step by the measured cost curve);
+``with_tree_budgets`` adds fixed budgets (``name@bN``) for comparisons at equal budget.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from lilicorr.decoding.build import build_engine
+from lilicorr.decoding.config import LOOKUP_ON, SpecConfig
+from lilicorr.decoding.engine import SpecEngine
+from lilicorr.decoding.methods import get_method
+from lilicorr.models.arms import arm_kind
+from lilicorr.runtime.runtime import TargetRuntime
+
+
+@dataclass
+class Variant:
+    name: str
+    method: str  # a registered method (lilicorr.decoding.methods)
+    draft: str | None = None
+    num_speculative_tokens: int | None = None
+    draft_sample_method: str = "greedy"
+    rejection_sample_method: str = "standard"
+    enable_adaptive_verification: bool = False
+    options: dict = field(default_factory=dict)  # the method's own options (e.g. tree_budget)
+
+
+# ``+lookup`` trees also graft the prompt-lookup continuation (the ``ngram`` method's, same keys and values)
+LOOKUP = {"tree_budget": "auto", **LOOKUP_ON}
+
+
+def default_variants(drafts: list[str]) -> list[Variant]:
+    """AR, each draft with its native method; for LiLiCorr checkpoints also their own backbone's
+    per-slot argmax (``:top1``) and the oracle lattice (``:oracle``); for every drafter the
+    probabilistic draft (``:prob``: sampled walk / sampled marginals with q handed to rejection
+    sampling; T > 0 only, at T = 0 it is the greedy draft)."""
+    arms = [Variant("ar", "ar"), Variant("ngram", "ngram", num_speculative_tokens=4)]  # vLLM's training-free baseline
+    for d in drafts:
+        cfg = json.loads((Path(d) / "config.json").read_text())
+        label = Path(d).name
+        if cfg["architectures"][0] == "LiLiCorrDraftModel":
+            arms.append(Variant(f"{label}", "lilicorr", d))
+            arms.append(Variant(f"{label}:top1", "dflash", d))  # same backbone, per-slot argmax: isolates the walk
+            arms.append(Variant(f"{label}:oracle", "oracle", d))
+            arms.append(Variant(f"{label}:prob", "lilicorr", d, draft_sample_method="probabilistic"))
+            arms.append(Variant(f"{label}:adaptive", "lilicorr", d, enable_adaptive_verification=True))
+            # trees on this one backbone (the head's conditionals × the marginals vs the marginals alone)
+            arms.append(Variant(f"{label}:tree", "lilicorr-tree", d, options={"tree_budget": "auto"}))
+            arms.append(Variant(f"{label}:ddtree", "ddtree", d, options={"tree_budget": "auto"}))
+            arms.append(Variant(f"{label}:tree+lookup", "lilicorr-tree", d, options=dict(LOOKUP)))
+        else:
+            arms.append(Variant(f"{label}", "dflash", d))
+            arms.append(Variant(f"{label}:ddtree", "ddtree", d, options={"tree_budget": "auto"}))  # training-free
+            arms.append(Variant(f"{label}:ddtree+lookup", "ddtree", d, options=dict(LOOKUP)))
+            arms.append(Variant(f"{label}:prob", "dflash", d, draft_sample_method="probabilistic"))
+            arms.append(Variant(f"{label}:adaptive", "dflash", d, enable_adaptive_verification=True))
+        kind = arm_kind(Path(d))
+        if kind is not None:  # a comparison arm trained on this backbone
+            arms.append(Variant(f"{label}:{kind}", kind, d))
+    return arms
+
+
+def with_draft_lengths(arms: list[Variant], lengths: list[int]) -> list[Variant]:
+    """Each speculative arm once per draft length (``name@nN``); trees keep their node budget instead."""
+    out = []
+    for a in arms:
+        if not get_method(a.method).per_draft_length:
+            out.append(a)
+            continue
+        for n in lengths:
+            out.append(replace(a, name=f"{a.name}@n{n}", num_speculative_tokens=n))
+    return out
+
+
+def with_tree_budgets(arms: list[Variant], budgets: list[int]) -> list[Variant]:
+    """Each tree arm also once per fixed node budget (``name@bN``, root included), beside its ``auto`` self."""
+    out = []
+    for a in arms:
+        out.append(a)
+        if any(o.key == "tree_budget" for o in get_method(a.method).options):
+            out += [replace(a, name=f"{a.name}@b{b}", options={**a.options, "tree_budget": b}) for b in budgets]
+    return out
+
+
+def variant_engine(target: TargetRuntime, arm: Variant, drafts: dict, references: dict | None) -> SpecEngine:
+    """The engine of one arm, through the methods registry (the oracle gets the greedy references)."""
+    spec = SpecConfig.from_attrs(arm)  # the arm's fields carry vLLM's option names
+    extras = {"references": references or {}}
+    return build_engine(target, spec, drafts.get(arm.draft), arm.draft, extras=extras)
+
+
+def choose_variants(
+    drafts: list[str],
+    draft_lengths: list[int] | None = None,
+    tree_budgets: list[int] | None = None,
+    only: list[str] | None = None,
+    sweep: list[str] | None = None,
+) -> list[Variant]:
+    """The bench's variants for ``drafts``: each draft length and tree budget asked for, then ``only`` those
+    named (plain decoding always runs); a name in ``only`` or ``sweep`` that is not there is a named error."""
+    variants = default_variants(drafts)
+    if draft_lengths:
+        variants = with_draft_lengths(variants, draft_lengths)
+    if tree_budgets:
+        variants = with_tree_budgets(variants, tree_budgets)
+    if only:  # after the draft-length expansion, so ARM@nN can be picked one by one
+        unknown = set(only) - {v.name for v in variants}
+        if unknown:
+            raise ValueError(f"--only: no arm named {sorted(unknown)}")
+        variants = [v for v in variants if v.name in set(only) or get_method(v.method).baseline]
+    unknown = set(sweep or []) - {v.name for v in variants}
+    if unknown:
+        raise ValueError(f"--sweep-arms: no arm named {sorted(unknown)} among the bench's arms")
+    return variants
+
+
+def bench_prompts(
+    target: str,
+    prompts_file: str | None,
+    num_prompts: int,
+    chat: bool,
+    corpus: str,
+    prompt_tokens: int,
+    long_prompts: int,
+    long_tokens: int,
+) -> list[dict]:
+    """A prompts file's rows (every category represented), or prompts cut from the corpus' test split."""
+    if prompts_file:
+        from lilicorr.data.prompt_sets import read_prompt_rows, round_robin
+
+        rows = round_robin(read_prompt_rows(Path(prompts_file)), num_prompts)
+        if chat:  # plain prompts become one user turn; rows with messages already are chat
+            rows = [{**p, "messages": [{"role": "user", "content": p["prompt"]}]} if "messages" not in p else p
+                    for p in rows]  # fmt: skip
+        return rows
+    from transformers import AutoTokenizer
+
+    from lilicorr.data.corpus import ensure_corpus
+    from lilicorr.data.prompts import long_prompts as long_rows
+    from lilicorr.data.prompts import test_prompts
+
+    docs = ensure_corpus(Path(corpus))
+    tok = AutoTokenizer.from_pretrained(target)
+    rows = test_prompts(docs, tok, num_prompts, prompt_tokens=prompt_tokens)
+    if long_prompts:
+        rows += long_rows(docs, tok, long_prompts, prompt_tokens=long_tokens)
+    return rows

@@ -1,0 +1,137 @@
+"""``lilicorr bench`` (proposal methods side by side on one stack) and ``lilicorr report`` (its results page)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from lilicorr.cli.common import add_runtime_args
+from lilicorr.shipped import SHIPPED_DFLASH, SHIPPED_DRAFT, SHIPPED_TARGET
+
+QUICK = {
+    "num_prompts": 4,
+    "max_new_tokens": 32,
+    "temperatures": [0.0],
+    "long_prompts": 0,
+    "sweep_concurrency": [1, 2],
+    "sweep_input_lens": [32],
+    "sweep_max_tokens": 16,
+}
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import torch
+
+    from lilicorr.bench.runner import markdown_table, run_bench
+    from lilicorr.bench.variants import bench_prompts, choose_variants
+
+    torch.set_num_threads(args.threads)
+    if args.quick:
+        vars(args).update(QUICK)
+    if args.draft is None and args.target == SHIPPED_TARGET:  # a bare `lilicorr bench`: the shipped pair
+        args.draft = [d for d in (SHIPPED_DFLASH, SHIPPED_DRAFT) if (Path(d) / "config.json").exists()]
+    try:
+        prompts = bench_prompts(
+            args.target,
+            args.prompts,
+            args.num_prompts,
+            args.chat,
+            args.corpus,
+            args.prompt_tokens,
+            args.long_prompts,
+            args.long_tokens,
+        )
+        variants = choose_variants(
+            args.draft or [], args.num_speculative_tokens, args.tree_budgets, args.only, args.sweep_arms
+        )
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    sweep = {
+        "concurrencies": args.sweep_concurrency,
+        "input_lens": args.sweep_input_lens,
+        "max_tokens": args.sweep_max_tokens,
+        "arms": args.sweep_arms,
+        "pooled": args.sweep_pooled,
+    }
+    results = run_bench(
+        args.target,
+        args.draft or [],
+        prompts,
+        args.temperatures,
+        args.max_new_tokens,
+        out=Path(args.out),
+        seed=args.seed,
+        arms=variants,
+        dtype=args.dtype,
+        device=args.device,
+        paired_ar=args.paired_ar,
+        sweep=None if args.no_sweep else sweep,
+    )
+    print(markdown_table(results))
+    print(f"wrote {Path(args.out) / 'results.json'} and results.md")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from lilicorr.bench.report import write_report
+
+    path = write_report(Path(args.results), Path(args.out), args.command, args.title, args.baseline, args.notes)
+    print(f"wrote {path}")
+    return 0
+
+
+def register(sub) -> None:
+    s = sub.add_parser("bench", help="compare proposal methods (τ, speed, head share) on one stack")
+    s.add_argument("--target", default=SHIPPED_TARGET)
+    s.add_argument("--draft", action="append", help="draft checkpoint (repeatable; default: the shipped pair)")
+    s.add_argument("--prompts", default=None, help="JSONL (id, category, messages or prompt); default: corpus test")
+    s.add_argument("--chat", action="store_true", help="plain prompts get the target's chat template as one user turn")
+    s.add_argument("--corpus", default="data/corpus")
+    s.add_argument("--num-prompts", type=int, default=16)
+    s.add_argument("--prompt-tokens", type=int, default=48)
+    s.add_argument("--max-new-tokens", type=int, default=128)
+    s.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--quick", action="store_true", help="4 prompts, 32 tokens, T=0, a tiny sweep: a smoke run")
+    s.add_argument("--sweep-concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
+    s.add_argument("--sweep-input-lens", type=int, nargs="+", default=[64, 2560], help="input lengths of the sweep")
+    s.add_argument("--sweep-max-tokens", type=int, default=32)
+    s.add_argument("--no-sweep", action="store_true", help="skip the throughput sweep")
+    s.add_argument(
+        "--paired-ar",
+        action="store_true",
+        help="time plain decoding of each prompt (and sweep point) just before the arm; speedups vs that",
+    )
+    s.add_argument("--sweep-pooled", action="store_true", help="sweep one pool of all prompts, not 3 entropy tiers")
+    s.add_argument("--sweep-arms", nargs="+", default=None, help="arm names in the sweep (default: every arm)")
+    s.add_argument("--only", nargs="+", default=None, help="keep only these arm names (ar always runs)")
+    s.add_argument(
+        "--num-speculative-tokens",
+        type=int,
+        nargs="+",
+        default=None,
+        help="draft lengths to compare (each arm once per value, named ARM@nN); default: the full block",
+    )
+    s.add_argument(
+        "--tree-budgets",
+        type=int,
+        nargs="+",
+        default=None,
+        help="fixed tree node budgets to compare (each tree arm also once per value, named ARM@bN)",
+    )
+    s.add_argument("--long-prompts", type=int, default=4, help="long-context prompts added (category 'long')")
+    s.add_argument("--long-tokens", type=int, default=2560, help="length of the long prompts")
+    s.add_argument("--out", default="runs/bench", help="output folder; a rerun with the same inputs resumes in it")
+    add_runtime_args(s, dtype="float32")
+    s.set_defaults(func=_bench)
+
+    s = sub.add_parser("report", help="generate a results markdown page with plots from a bench results.json")
+    s.add_argument("results")
+    s.add_argument("--out", default="docs/RESULTS.md")
+    s.add_argument("--command", default="", help="the bench command that produced the results")
+    s.add_argument("--title", default="Results")
+    s.add_argument("--baseline", nargs="+", default=None, help="arm names the derived table divides τ by")
+    s.add_argument("--notes", default=None, help="markdown file appended as the page's 'Notes' section")
+    s.set_defaults(func=_report)

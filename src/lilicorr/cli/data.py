@@ -1,0 +1,103 @@
+"""``lilicorr data``: the corpus, prompt sets, drafter training data and its target features."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from lilicorr.cli.common import add_runtime_args
+
+
+def _corpus(args: argparse.Namespace) -> int:
+    from lilicorr.data.corpus import build_corpus
+
+    manifest = build_corpus(Path(args.out))
+    print(json.dumps(manifest, indent=2))
+    if args.manifest_copy:
+        Path(args.manifest_copy).write_text(json.dumps(manifest, indent=2) + "\n")
+    return 0
+
+
+def _regenerate(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import torch
+
+    from lilicorr.data.corpus import ensure_corpus
+    from lilicorr.options import from_args
+    from lilicorr.training.regenerate import RegenConfig, regenerate
+
+    torch.set_num_threads(args.threads)
+    cfg = from_args(RegenConfig, args)
+    if cfg.prompts is None:  # corpus windows: the corpus is built on first use, as for bench
+        cfg = dataclasses.replace(cfg, corpus=str(ensure_corpus(Path(cfg.corpus))))
+    print(json.dumps(regenerate(cfg), indent=2))
+    return 0
+
+
+def _features(args: argparse.Namespace) -> int:
+    import torch
+
+    from lilicorr.models.draft import default_layer_ids_for
+    from lilicorr.runtime.runtime import resolve_device
+    from lilicorr.training.features import extract_features
+
+    torch.set_num_threads(args.threads)
+    cfg = json.loads((Path(args.target) / "config.json").read_text())
+    layers = (
+        [int(x) for x in args.target_layer_ids.split(",")]
+        if args.target_layer_ids
+        else default_layer_ids_for(cfg.get("num_hidden_layers") or cfg["text_config"]["num_hidden_layers"])
+    )
+    meta = extract_features(
+        args.target, args.data, args.out, layers, args.batch_size, dtype=args.dtype, device=resolve_device(args.device)
+    )
+    print(json.dumps(meta, indent=2))
+    return 0
+
+
+def _prompts(args: argparse.Namespace) -> int:
+    from lilicorr.data.atomic import atomic_write_text
+    from lilicorr.data.prompt_sets import load_set
+
+    rows = load_set(args.set)
+    if args.limit:
+        rows = rows[: args.limit]
+    atomic_write_text(Path(args.out), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    cats: dict[str, int] = {}
+    for r in rows:
+        cats[r["category"]] = cats.get(r["category"], 0) + 1
+    print(json.dumps({"set": args.set, "rows": len(rows), "out": args.out, "categories": cats}))
+    return 0
+
+
+def register(sub) -> None:
+    from lilicorr.data.prompt_sets import SETS
+    from lilicorr.options import add_options
+    from lilicorr.training.regenerate import RegenConfig
+
+    data = sub.add_parser("data", help="build datasets").add_subparsers(dest="data_cmd", required=True)
+    s = data.add_parser("corpus", help="build the offline corpus (stdlib code + Debian docs)")
+    s.add_argument("--out", default="data/corpus")
+    s.add_argument("--manifest-copy", default=None, help="also write the manifest here (committed)")
+    s.set_defaults(func=_corpus)
+
+    s = data.add_parser("regenerate", help="drafter training data: prompts answered by the target (or fixed answers)")
+    add_options(s, RegenConfig)
+    s.set_defaults(func=_regenerate)
+
+    s = data.add_parser("prompts", help="write a real prompt set as chat rows {id, category, messages}")
+    s.add_argument("set", choices=list(SETS))
+    s.add_argument("--out", required=True)
+    s.add_argument("--limit", type=int, default=0, help="first N rows only (0: all)")
+    s.set_defaults(func=_prompts)
+
+    s = data.add_parser("features", help="cache the target's tapped hidden states for drafter training")
+    s.add_argument("--target", required=True)
+    s.add_argument("--data", required=True, help="file made by `lilicorr data regenerate`")
+    s.add_argument("--out", required=True, help="cache folder (shards; resumable)")
+    s.add_argument("--target-layer-ids", default=None, help="comma-separated (default: the trainer's default)")
+    s.add_argument("--batch-size", type=int, default=4)
+    add_runtime_args(s, dtype="bfloat16", dtypes=("float32", "bfloat16"))
+    s.set_defaults(func=_features)

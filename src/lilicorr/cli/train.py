@@ -1,0 +1,94 @@
+"""``lilicorr train`` (tokenizer, target, drafter) and ``lilicorr card`` (their model cards)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def _summary(summary: dict) -> int:
+    print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=2))
+    return 0
+
+
+def _draft(args: argparse.Namespace) -> int:
+    from lilicorr.options import from_args
+    from lilicorr.training.draft import DraftTrainConfig, train_draft
+
+    return _summary(train_draft(from_args(DraftTrainConfig, args), resume=args.resume))
+
+
+def _target(args: argparse.Namespace) -> int:
+    from lilicorr.options import from_args
+    from lilicorr.training.target import TargetTrainConfig, train_target
+
+    return _summary(train_target(from_args(TargetTrainConfig, args), resume=args.resume))
+
+
+def _tokenizer(args: argparse.Namespace) -> int:
+    from lilicorr.data.corpus import read_split
+    from lilicorr.data.tokenizer import save_tokenizer, special_ids, train_tokenizer
+
+    docs = read_split(Path(args.corpus), "train")
+    tok = train_tokenizer((d.text for d in docs), vocab_size=args.vocab_size)
+    save_tokenizer(tok, Path(args.out), model_max_length=args.model_max_length)
+    print(json.dumps({"vocab_size": tok.get_vocab_size(), "special_ids": special_ids(tok)}))
+    return 0
+
+
+def _card_target(args: argparse.Namespace) -> int:
+    from lilicorr.training.target_card import write_target_card
+
+    write_target_card(Path(args.model), Path(args.corpus), command=args.command, threads=args.threads)
+    print(f"wrote {Path(args.model) / 'MODEL_CARD.md'}")
+    return 0
+
+
+def _card_draft(args: argparse.Namespace) -> int:
+    from lilicorr.training.draft_card import write_draft_card
+
+    bench = Path(args.bench) if args.bench else None
+    write_draft_card(Path(args.model), args.command, Path(args.data_meta), bench, args.bench_command)
+    print(f"wrote {Path(args.model) / 'MODEL_CARD.md'}")
+    return 0
+
+
+def register(sub) -> None:
+    from lilicorr.options import add_options
+    from lilicorr.training.draft import DraftTrainConfig
+    from lilicorr.training.target import TargetTrainConfig
+
+    train = sub.add_parser("train", help="train tokenizer, targets, drafters")
+    train = train.add_subparsers(dest="train_cmd", required=True)
+    s = train.add_parser("tokenizer", help="train the byte-level BPE tokenizer")
+    s.add_argument("--corpus", default="data/corpus")
+    s.add_argument("--out", required=True)
+    s.add_argument("--vocab-size", type=int, default=8192)
+    s.add_argument("--model-max-length", type=int, default=8192)
+    s.set_defaults(func=_tokenizer)
+
+    for name, cls, func, help_ in (
+        ("target", TargetTrainConfig, _target, "pre-train a small Qwen3 target on the corpus"),
+        ("draft", DraftTrainConfig, _draft, "train a DFlash drafter, a LiLiCorr drafter, or a head on a backbone"),
+    ):
+        s = train.add_parser(name, help=help_)
+        add_options(s, cls)
+        s.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
+        s.set_defaults(func=func)
+
+    card = sub.add_parser("card", help="write model cards").add_subparsers(dest="card_cmd", required=True)
+    s = card.add_parser("target", help="evaluate a target and write its MODEL_CARD.md")
+    s.add_argument("model")
+    s.add_argument("--corpus", default="data/corpus")
+    s.add_argument("--command", required=True, help="the exact training command, recorded in the card")
+    s.add_argument("--threads", type=int, default=2)
+    s.set_defaults(func=_card_target)
+
+    s = card.add_parser("draft", help="write a drafter's MODEL_CARD.md from its summary and a bench run")
+    s.add_argument("model")
+    s.add_argument("--command", default=None, help="training command to record (default: rebuilt from its config)")
+    s.add_argument("--data-meta", required=True, help="the .json written beside the regenerated data")
+    s.add_argument("--bench", default=None, help="results.json of a `lilicorr bench` run including this drafter")
+    s.add_argument("--bench-command", default="")
+    s.set_defaults(func=_card_draft)
