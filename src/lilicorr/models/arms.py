@@ -95,14 +95,17 @@ class DominoGRU(nn.Module):
         return row, None, state
 
 
+ARMS = {  # kind -> builder(vocab, hidden, rank, k)
+    "dflash2": lambda vocab, hidden, rank, k: DFlash2Selector(vocab, hidden, rank, k),
+    "dspark": lambda vocab, hidden, rank, k: DSparkMarkov(vocab, hidden, rank),
+    "domino": lambda vocab, hidden, rank, k: DominoGRU(vocab, hidden, rank),
+}
+
+
 def build_arm(kind: str, vocab: int, hidden: int, rank: int, k: int) -> nn.Module:
-    if kind == "dflash2":
-        return DFlash2Selector(vocab, hidden, rank, k)
-    if kind == "dspark":
-        return DSparkMarkov(vocab, hidden, rank)
-    if kind == "domino":
-        return DominoGRU(vocab, hidden, rank)
-    raise ValueError(f"unknown arm {kind!r}: expected one of {ARM_KINDS}")
+    if kind not in ARMS:
+        raise ValueError(f"unknown arm {kind!r}: expected one of {ARM_KINDS}")
+    return ARMS[kind](vocab, hidden, rank, k)
 
 
 def save_arm(arm: nn.Module, folder: Path, meta: dict) -> None:

@@ -28,7 +28,6 @@ import torch
 import torch.distributed as dist
 
 from lilicorr.checkpoint import load_draft, save_draft
-from lilicorr.models.arms import ARM_KINDS
 from lilicorr.models.backbone import training_block_mask
 from lilicorr.models.config import DraftConfig, LiLiCorrGeometry
 from lilicorr.models.draft import DraftModel, default_layer_ids_for
@@ -40,11 +39,11 @@ from lilicorr.training.losses import (
     block_metrics,
     sample_anchors,
 )
-from lilicorr.training.objectives import ArmObjective, BlockPass, DFlashObjective, LiLiCorrObjective, Objective
+from lilicorr.training.modes import MODES, get_mode
+from lilicorr.training.objectives import BlockPass, Objective
 from lilicorr.training.regenerate import load_regenerated
 from lilicorr.training.run import TrainRun
 
-MODES = ("dflash", "lilicorr", "head", *ARM_KINDS)
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -56,7 +55,10 @@ class DraftTrainConfig:
     target: str = option(help="target folder (Hugging Face causal LM)")
     data: str = option(help="file made by `lilicorr data regenerate`")
     out: str = option(help="drafter folder to write")
-    mode: str = option(help="dflash2 / dspark / domino: comparison arms on the same backbone recipe", choices=MODES)
+    mode: str = option(
+        help="what trains (training/modes.py): " + "; ".join(f"{m.name}: {m.help}" for m in MODES.values()),
+        choices=tuple(MODES),
+    )
     run_dir: str = option("", "run folder with checkpoints and logs (default: runs/<out name>)")
     init: str | None = option(None, "start from this draft checkpoint (required for --mode head / frozen arms)")
     # geometry
@@ -109,12 +111,11 @@ class DraftTrainConfig:
 
     @property
     def backbone_frozen(self) -> bool:
-        return self.mode == "head" or self.freeze_backbone
+        return not get_mode(self.mode).trains_backbone(self.freeze_backbone)
 
     def validate(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode {self.mode!r}: expected one of {MODES}")
-        if self.freeze_backbone and self.mode not in ARM_KINDS:
+        mode = get_mode(self.mode)
+        if self.freeze_backbone and not mode.freezable:
             raise ValueError(f"--freeze-backbone is for the comparison arms (mode {self.mode!r}; use --mode head)")
         if self.backbone_frozen and not self.init:
             raise ValueError(f"mode {self.mode!r} on a frozen backbone needs that backbone: pass --init DRAFT_DIR")
@@ -156,7 +157,7 @@ def build_draft_config(cfg: DraftTrainConfig, target: TargetRuntime) -> DraftCon
         raise ValueError(f"target {target.path}: {e}") from e
     rope = getattr(tc, "rope_theta", None) or (getattr(tc, "rope_parameters", None) or {}).get("rope_theta")
     geometry = None
-    if cfg.mode in ("lilicorr", "head"):
+    if get_mode(cfg.mode).head:
         geometry = LiLiCorrGeometry(
             candidate_topk=cfg.candidate_topk,
             hidden_size=cfg.head_hidden_size,
@@ -212,11 +213,7 @@ class DraftStep:
     def __init__(self, cfg: DraftTrainConfig, target: TargetRuntime, model: DraftModel, arm=None):
         self.cfg, self.target, self.model, self.arm = cfg, target, model, arm
         self.block = model.cfg.block_size
-        self.objectives: list[Objective] = [] if cfg.backbone_frozen else [DFlashObjective()]
-        if model.lilicorr is not None:
-            self.objectives.append(LiLiCorrObjective())
-        if arm is not None:
-            self.objectives.append(ArmObjective(arm))
+        self.objectives: list[Objective] = get_mode(cfg.mode).objectives(cfg.freeze_backbone, arm)
 
     def block_pass(self, tokens: torch.Tensor, anchors: torch.Tensor, valid: torch.Tensor, feats=None) -> BlockPass:
         """The drafted blocks ``[anchor, MASK × (B−1)]`` at every anchor, in one non-causal pass."""
@@ -370,6 +367,7 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
     for p in target.model.parameters():
         p.requires_grad_(False)
     model = build_model(cfg, target)
+    mode = get_mode(cfg.mode)
     target.model.to(device)
     model.to(device)
     batches = Batches(cfg, model.cfg.target_layer_ids, device)
@@ -378,13 +376,13 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
     train_mask = batches.mask[n_val:]
     if cfg.backbone_frozen:
         for name, p in model.named_parameters():
-            p.requires_grad_(name.startswith("lilicorr.") and cfg.mode == "head")
+            p.requires_grad_(name.startswith("lilicorr.") and mode.head)
     arm = None
-    if cfg.mode in ARM_KINDS:
+    if mode.arm is not None:
         from lilicorr.models.arms import build_arm
 
         torch.manual_seed(cfg.seed + 2)
-        arm = build_arm(cfg.mode, model.cfg.vocab_size, model.cfg.hidden_size, cfg.arm_rank, cfg.candidate_topk)
+        arm = build_arm(mode.arm, model.cfg.vocab_size, model.cfg.hidden_size, cfg.arm_rank, cfg.candidate_topk)
         arm.to(device)
     trainable = torch.nn.ModuleDict({"draft": model, **({"arm": arm} if arm is not None else {})})
     params = [p for p in trainable.parameters() if p.requires_grad]

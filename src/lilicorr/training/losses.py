@@ -1,4 +1,6 @@
-"""DFlash and LiLiCorr training objectives, as sums plus denominators.
+"""The loss functions themselves — tensors in, (sum, denominator) out — with no model in sight:
+DFlash's position-decayed block cross-entropy and the LiLiCorr head's lattice loss. Which losses a
+training mode sums over a ``BlockPass`` is ``objectives.py``'s business (and ``modes.py`` picks them).
 
 Returning sums (not means) lets data-parallel training divide by the *global* denominator, so
 two processes with half the batch each compute exactly the gradient of one process with all of it.

@@ -1,8 +1,9 @@
-"""Each drafting method's training loss, next to nothing else: DFlash's block cross-entropy, the
-LiLiCorr head's lattice loss, and the comparison arms' teacher-forced loss.
+"""Each method's training objective over one shared backbone pass (``BlockPass``): what it reads of the
+pass and which loss function (``losses.py``) it applies — DFlash's block cross-entropy, the LiLiCorr
+head's lattice loss, and the comparison arms' teacher-forced loss.
 
-``DraftStep`` runs the shared backbone pass once (``BlockPass``) and sums the objectives its mode
-needs, chosen once at construction: no per-step branching on the method.
+``DraftStep`` runs the backbone pass once and sums the objectives its mode (``modes.py``) lists, chosen
+once at construction: no per-step branching on the method.
 """
 
 from __future__ import annotations
