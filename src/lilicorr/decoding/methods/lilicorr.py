@@ -53,4 +53,4 @@ class LiLiCorr(Method):
 
     @classmethod
     def build(cls, ctx: BuildContext) -> Proposer:
-        return LiLiCorrProposer(lilicorr_head(ctx), ctx.target.embed_tokens, ctx.spec.draft_sample_method)
+        return LiLiCorrProposer(lilicorr_head(ctx), ctx.target.embed_tokens, ctx.draft_sample_method)

@@ -71,4 +71,4 @@ class Ngram(Method):
     @classmethod
     def build(cls, ctx: BuildContext) -> Proposer:
         o = ctx.options
-        return NgramProposer(ctx.spec.num_speculative_tokens or 4, o["prompt_lookup_max"], o["prompt_lookup_min"])
+        return NgramProposer(ctx.num_speculative_tokens or 4, o["prompt_lookup_max"], o["prompt_lookup_min"])
