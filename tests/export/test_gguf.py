@@ -13,7 +13,7 @@ TARGET = ROOT / "models" / "smollm2-135m-instruct"
 def lilicorr_draft(tmp_path_factory):
     from lilicorr.checkpoint import save_draft
     from lilicorr.runtime.runtime import TargetRuntime
-    from lilicorr.training.draft import DraftTrainConfig, build_model
+    from lilicorr.training.draft_config import DraftTrainConfig, build_model
 
     if not (TARGET / "config.json").exists():
         pytest.fail(f"{TARGET} missing: `make target` builds it")

@@ -92,8 +92,8 @@ def test_import_matches_transformers_own_gguf_load(tiny_gguf, tmp_path):
 
 
 def test_bad_input_names_the_file_and_writes_nothing(tmp_path):
+    from lilicorr.runtime.folder import TargetError
     from lilicorr.runtime.gguf_import import import_gguf
-    from lilicorr.runtime.runtime import TargetError
 
     with pytest.raises(TargetError, match="not found"):
         import_gguf(tmp_path / "missing.gguf", tmp_path / "out")

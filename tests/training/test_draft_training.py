@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from lilicorr.models.head import HeadScores
-from lilicorr.training.draft import DraftStep, DraftTrainConfig, build_model, combine_losses, train_draft
+from lilicorr.training.draft import DraftStep, combine_losses, train_draft
+from lilicorr.training.draft_config import DraftTrainConfig, build_model
 from lilicorr.training.losses import HeadLossWeights, dflash_loss, head_loss, lattice_truth, sample_anchors
 
 

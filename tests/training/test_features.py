@@ -5,7 +5,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from lilicorr.training.draft import mask_token_id, train_draft
+from lilicorr.training.draft import train_draft
+from lilicorr.training.draft_config import mask_token_id
 from lilicorr.training.features import FeatureStore, extract_features, supervised_length
 from tests.training.test_draft_training import _cfg as base_cfg
 

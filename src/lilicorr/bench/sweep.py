@@ -21,7 +21,8 @@ from lilicorr.decoding.methods import get_method
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.decoding.stats import SpecStats
-from lilicorr.runtime.runtime import TargetRuntime, pad_right
+from lilicorr.runtime.cache import pad_right
+from lilicorr.runtime.runtime import TargetRuntime
 
 TIERS = ("low", "mixed", "high")
 POOLED = "all"  # the sweep's one tier when prompts are not split by entropy

@@ -11,8 +11,8 @@ from lilicorr.shipped import SHIPPED_TARGET
 
 
 def _import_gguf(args: argparse.Namespace) -> int:
+    from lilicorr.runtime.folder import TargetError
     from lilicorr.runtime.gguf_import import import_gguf
-    from lilicorr.runtime.runtime import TargetError
 
     try:
         meta = import_gguf(args.gguf, args.out, dtype=args.dtype)

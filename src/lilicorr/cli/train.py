@@ -14,7 +14,8 @@ def _summary(summary: dict) -> int:
 
 def _draft(args: argparse.Namespace) -> int:
     from lilicorr.options import from_args
-    from lilicorr.training.draft import DraftTrainConfig, train_draft
+    from lilicorr.training.draft import train_draft
+    from lilicorr.training.draft_config import DraftTrainConfig
 
     return _summary(train_draft(from_args(DraftTrainConfig, args), resume=args.resume))
 
@@ -56,7 +57,7 @@ def _card_draft(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     from lilicorr.options import add_options
-    from lilicorr.training.draft import DraftTrainConfig
+    from lilicorr.training.draft_config import DraftTrainConfig
     from lilicorr.training.target import TargetTrainConfig
 
     train = sub.add_parser("train", help="train tokenizer, targets, drafters")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from lilicorr.models.backbone import KV
-from lilicorr.runtime.runtime import compaction_index, gather_columns, should_compact
+from lilicorr.runtime.cache import compaction_index, gather_columns, should_compact
 
 
 @dataclass

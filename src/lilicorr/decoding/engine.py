@@ -27,7 +27,8 @@ from lilicorr.decoding.sampling import choose_token
 from lilicorr.decoding.stats import SpecStats, StageTimer
 from lilicorr.decoding.verify import Verdict, Verifier
 from lilicorr.models.draft import DraftModel
-from lilicorr.runtime.runtime import CacheState, TargetRuntime, pad_right
+from lilicorr.runtime.cache import CacheState, pad_right
+from lilicorr.runtime.runtime import TargetRuntime
 
 
 @dataclass

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from lilicorr.data.atomic import atomic_write_dir
 from lilicorr.data.wheels import sha256_file
-from lilicorr.runtime.runtime import TargetError
+from lilicorr.runtime.folder import TargetError
 
 
 def import_gguf(gguf: str | Path, out: str | Path, dtype: str = "float32") -> dict:

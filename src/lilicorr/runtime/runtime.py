@@ -13,28 +13,19 @@ DFlash convention for taps: layer id ``i`` is the *output* of decoder layer ``i`
 from __future__ import annotations
 
 import inspect
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-
-def pad_right(seqs: list[list[int]], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad token lists: ids ``[batch, max_len]`` and real-token mask ``[batch, max_len]``."""
-    n = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), n), pad, dtype=torch.long)
-    mask = torch.zeros(len(seqs), n, dtype=torch.bool)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[i, : len(s)] = True
-    return ids, mask
+from lilicorr.runtime.cache import CacheState, compaction_index, gather_columns, should_compact
+from lilicorr.runtime.folder import TargetError, check_folder, eos_ids
 
 
 def cpu_has_fast_bf16() -> bool:
-    """Whether this CPU multiplies bf16 natively (AMX-bf16). Measured on this project's machines: with
-    AMX a bf16 SmolLM2 verify of 8 tokens costs 0.78x fp32; on AMD without AVX-512 bf16 is 1.4-9x *slower*."""
+    """Whether this CPU multiplies bf16 natively (AMX-bf16): measured on this project's machines, bf16 is
+    faster than fp32 only there (docs: cpu-measurements)."""
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -63,89 +54,10 @@ def resolve_device(device: str) -> str:
     return device
 
 
-# -- hole-tolerant KV caches: one rule for the target's cache and the drafter's context cache -----
-def eos_ids(generation_config, config, tokenizer) -> set[int]:
-    """A target's end-of-answer ids: the generation config's eos (one id or a list), else the model
-    config's, plus the tokenizer's."""
-    eos = generation_config.eos_token_id if generation_config else None
-    eos = eos if eos is not None else config.eos_token_id
-    ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    if tokenizer.eos_token_id is not None:
-        ids.add(tokenizer.eos_token_id)
-    return ids
-
-
-def folder_tokenizer_and_eos(path: str | Path):
-    """Tokenizer and eos ids of a target folder without loading its weights (for the data tools)."""
-    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
-
-    path = Path(path)
-    _check_folder(path)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    try:
-        gen = GenerationConfig.from_pretrained(path)
-    except OSError:  # no generation_config.json
-        gen = None
-    return tokenizer, frozenset(eos_ids(gen, AutoConfig.from_pretrained(path), tokenizer))
-
-
-def should_compact(valid: torch.Tensor, live_max: int) -> bool:
-    """Compact once a cache is over 64 columns and more than half holes (amortised: O(1) per token)."""
-    return valid.shape[1] > 64 and valid.shape[1] > 2 * live_max
-
-
-def compaction_index(valid: torch.Tensor, cols: int) -> torch.Tensor:
-    """Source column of each kept column ``[batch, cols]``: live columns right-aligned in order, so
-    rows shorter than ``cols`` keep holes on the left (where left padding already is)."""
-    order = torch.sort(valid.long(), dim=1, stable=True).indices  # holes first, then live, stable
-    return order[:, valid.shape[1] - cols :]
-
-
-def gather_columns(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-    """``x [batch, heads, columns, dim]`` at columns ``src [batch, cols]``."""
-    b, cols = src.shape
-    return torch.gather(x, 2, src[:, None, :, None].expand(b, x.shape[1], cols, x.shape[3]))
-
-
-class TargetError(ValueError):
-    """A target folder or request that cannot be used; the message names the file or field."""
-
-
 @dataclass
 class TargetOutput:
     logits: torch.Tensor  # [batch, new, vocab] fp32
     taps: torch.Tensor | None  # [batch, new, len(layer_ids) * hidden] (model dtype), None without taps
-
-
-@dataclass
-class CacheState:
-    """Per-batch decoding state: HF cache plus which columns hold a live token of each row."""
-
-    cache: object  # transformers.DynamicCache
-    valid: torch.Tensor  # [batch, columns] bool
-    lengths: torch.Tensor  # [batch] int64: live tokens per row (= next RoPE position)
-
-    @property
-    def batch_size(self) -> int:
-        return self.valid.shape[0]
-
-
-def _check_folder(path: Path) -> dict:
-    if not path.is_dir():
-        raise TargetError(f"target {path}: not a directory")
-    cfg_path = path / "config.json"
-    if not cfg_path.exists():
-        raise TargetError(f"target {path}: config.json not found (expected a Hugging Face model folder)")
-    cfg = json.loads(cfg_path.read_text())
-    archs = cfg.get("architectures") or []
-    if not any(a.endswith("ForCausalLM") or a.endswith("LMHeadModel") for a in archs):
-        raise TargetError(
-            f"target {path}: config.json field 'architectures' = {archs}: expected a causal LM "
-            "(an architecture ending in 'ForCausalLM')"
-        )
-    if not any((path / f).exists() for f in ("tokenizer.json", "tokenizer.model", "vocab.json")):
-        raise TargetError(f"target {path}: no tokenizer (tokenizer.json, tokenizer.model or vocab.json) found")
-    return cfg
 
 
 class TargetRuntime:
@@ -188,7 +100,7 @@ class TargetRuntime:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         path = Path(path)
-        _check_folder(path)
+        check_folder(path)
         try:
             tokenizer = AutoTokenizer.from_pretrained(path)
         except Exception as e:  # noqa: BLE001 - re-raised with the folder named

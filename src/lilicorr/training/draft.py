@@ -19,191 +19,27 @@ processes reproduce one process at the same global batch.
 from __future__ import annotations
 
 import json
-import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from lilicorr.checkpoint import load_draft, save_draft
+from lilicorr.checkpoint import save_draft
 from lilicorr.models.backbone import training_block_mask
-from lilicorr.models.config import DraftConfig, LiLiCorrGeometry
-from lilicorr.models.draft import DraftModel, default_layer_ids_for
-from lilicorr.options import option
+from lilicorr.models.draft import DraftModel
 from lilicorr.runtime.runtime import TargetRuntime, resolve_device
+from lilicorr.training.draft_config import DraftTrainConfig, build_model, lr_at
 from lilicorr.training.losses import (
-    HeadLossWeights,
     block_labels,
     block_metrics,
     sample_anchors,
 )
-from lilicorr.training.modes import MODES, get_mode
+from lilicorr.training.modes import get_mode
 from lilicorr.training.objectives import BlockPass, Objective
 from lilicorr.training.regenerate import load_regenerated
 from lilicorr.training.run import TrainRun
-
-DEVICES = ("auto", "cpu", "cuda")
-
-
-@dataclass
-class DraftTrainConfig:
-    """Every option of ``lilicorr train draft``: the CLI options and a card's recorded command are generated
-    from these fields (``training/options.py``)."""
-
-    target: str = option(help="target folder (Hugging Face causal LM)")
-    data: str = option(help="file made by `lilicorr data regenerate`")
-    out: str = option(help="drafter folder to write")
-    mode: str = option(
-        help="what trains (training/modes.py): " + "; ".join(f"{m.name}: {m.help}" for m in MODES.values()),
-        choices=tuple(MODES),
-    )
-    run_dir: str = option("", "run folder with checkpoints and logs (default: runs/<out name>)")
-    init: str | None = option(None, "start from this draft checkpoint (required for --mode head / frozen arms)")
-    # geometry
-    num_layers: int = option(2, "drafter layers", always=True)
-    block_size: int = option(8, "DFlash block size", always=True)
-    conv_kernel_size: int = option(0, "DFlash2 grouped dynamic convolution taps (0: off; DFlash2: 2)")
-    conv_group_size: int = option(0, "DFlash2 convolution channel group (DFlash2: 16)")
-    target_layer_ids: list[int] | None = option(None, "tapped target layers, comma-separated (default: spread)")
-    candidate_topk: int = option(8, "LiLiCorr / arms: candidates per slot (K)")
-    head_hidden_size: int = option(0, "LiLiCorr head width (0: the drafter's hidden size)")
-    head_layers: int = option(2, "LiLiCorr lattice-transformer layers")
-    head_heads: int = option(4, "LiLiCorr lattice-transformer heads")
-    head_mlp_ratio: float = option(2.0, "LiLiCorr lattice-transformer MLP ratio")
-    factor_dim: int = option(64, "LiLiCorr in/out vector size")
-    arm_rank: int = option(64, "comparison arms (dflash2, dspark, domino): low-rank width")
-    logit_scale: float = option(8.0, "LiLiCorr pair-score scale")
-    vector_eps: float = option(1e-4, "LiLiCorr vector-norm epsilon")
-    # optimisation
-    steps: int = option(1000, "optimiser steps", always=True)
-    batch_size: int = option(8, "global batch (split across torchrun processes)", always=True)
-    anchors: int = option(16, "anchors (blocks) per sequence", always=True)
-    lr: float = option(6e-4, "peak learning rate", always=True)
-    warmup_ratio: float = option(0.04, "linear warm-up share of the steps, then cosine")
-    weight_decay: float = option(0.0, "AdamW weight decay")
-    grad_clip: float = option(1.0, "gradient-norm clip")
-    gamma: float = option(4.0, "DFlash position-decay γ of the loss", always=True)
-    # Scale on the head loss's gradient where it enters the backbone (pass hidden, live log-probs,
-    # anchor). 1.0 is the reference recipe (ModelOpt); 0.0 trains the head jointly but lets only the
-    # DFlash loss shape the backbone. Applies to the comparison arms' losses the same way.
-    head_grad_to_backbone: float = option(
-        1.0, "scale of the head/arm loss gradient entering the backbone (1 = reference recipe, 0 = stop-gradient)"
-    )
-    # Clip the backbone's and the head's (or arm's) gradients each to ``grad_clip`` instead of one
-    # global norm. The reference clips globally; on small drafters the head's gradient norm is as large
-    # as the backbone's, so a global clip shrinks the backbone's DFlash step every step.
-    clip_per_module: bool = option(False, "clip backbone and head/arm gradients separately (reference: one norm)")
-    head_weights: HeadLossWeights = option(HeadLossWeights)
-    seed: int = option(0, "seed of initialisation, anchors and batches", always=True)
-    val_sequences: int = option(64, "held-out sequences for validation")
-    val_every: int = option(200, "validate every N steps")
-    checkpoint_minutes: float = option(4.0, "resumable checkpoint every N minutes")
-    threads: int = option(1, "torch threads per process")
-    bf16: bool = option(True, "no bf16 autocast (faster on CPUs without AMX/AVX512-bf16)", flag="--fp32", invert=True)
-    features: str | None = option(None, "target feature cache from `lilicorr data features` (default: online)")
-    mask_token: str = option("", "DFlash mask token (default: <|mask|>, else <empty_output>)")
-    device: str = option("auto", "auto: CUDA when available (NCCL under torchrun), else CPU", choices=DEVICES)
-    # Comparison arms (dflash2 / dspark / domino) on a frozen --init backbone: only the arm trains, as
-    # the LiLiCorr head does in mode 'head' — a cheap head-to-head on one shared backbone.
-    freeze_backbone: bool = option(False, "comparison arms: train only the arm on the frozen --init backbone")
-
-    @property
-    def backbone_frozen(self) -> bool:
-        return not get_mode(self.mode).trains_backbone(self.freeze_backbone)
-
-    def validate(self) -> None:
-        mode = get_mode(self.mode)
-        if self.freeze_backbone and not mode.freezable:
-            raise ValueError(f"--freeze-backbone is for the comparison arms (mode {self.mode!r}; use --mode head)")
-        if self.backbone_frozen and not self.init:
-            raise ValueError(f"mode {self.mode!r} on a frozen backbone needs that backbone: pass --init DRAFT_DIR")
-
-
-def _lr(step: int, cfg: DraftTrainConfig) -> float:
-    warm = max(1, round(cfg.warmup_ratio * cfg.steps))
-    if step < warm:
-        return cfg.lr * (step + 1) / warm
-    prog = min(1.0, (step - warm) / max(1, cfg.steps - warm))
-    return cfg.lr * 0.5 * (1 + math.cos(math.pi * prog))
-
-
-# Targets without a mask token (most chat models): a rarely used special token of their own
-# vocabulary serves as DFlash's mask, since the vocabulary (shared LM head) must not change.
-# SmolLM2: '<empty_output>' (id 16), one of its unused code-dataset markers.
-MASK_TOKEN_FALLBACKS = ("<|mask|>", "<empty_output>")
-
-
-def mask_token_id(tokenizer, name: str = "") -> int:
-    """Id of the DFlash mask token: ``name`` if given, else the first of ``MASK_TOKEN_FALLBACKS`` present."""
-    vocab = tokenizer.get_vocab()
-    for tok in [name] if name else MASK_TOKEN_FALLBACKS:
-        if tok in vocab:
-            return int(vocab[tok])
-    raise ValueError(
-        f"tokenizer has no mask token ({name or ' or '.join(MASK_TOKEN_FALLBACKS)}); "
-        "pass --mask-token with a rarely used special token of the target's vocabulary"
-    )
-
-
-def build_draft_config(cfg: DraftTrainConfig, target: TargetRuntime) -> DraftConfig:
-    tc = target.model.config
-    n = tc.num_hidden_layers
-    layer_ids = cfg.target_layer_ids or default_layer_ids_for(n)
-    try:
-        mask_id = mask_token_id(target.tokenizer, cfg.mask_token)
-    except ValueError as e:
-        raise ValueError(f"target {target.path}: {e}") from e
-    rope = getattr(tc, "rope_theta", None) or (getattr(tc, "rope_parameters", None) or {}).get("rope_theta")
-    geometry = None
-    if get_mode(cfg.mode).head:
-        geometry = LiLiCorrGeometry(
-            candidate_topk=cfg.candidate_topk,
-            hidden_size=cfg.head_hidden_size,
-            num_layers=cfg.head_layers,
-            num_heads=cfg.head_heads,
-            mlp_ratio=cfg.head_mlp_ratio,
-            factor_dim=cfg.factor_dim,
-            vector_eps=cfg.vector_eps,
-            logit_scale=cfg.logit_scale,
-        )
-    return DraftConfig(
-        hidden_size=tc.hidden_size,
-        intermediate_size=tc.intermediate_size,
-        num_hidden_layers=cfg.num_layers,
-        num_attention_heads=tc.num_attention_heads,
-        num_key_value_heads=tc.num_key_value_heads,
-        head_dim=getattr(tc, "head_dim", tc.hidden_size // tc.num_attention_heads),
-        vocab_size=tc.vocab_size,
-        block_size=cfg.block_size,
-        mask_token_id=int(mask_id),
-        target_layer_ids=layer_ids,
-        rms_norm_eps=tc.rms_norm_eps,
-        rope_theta=float(rope or 10000.0),
-        max_position_embeddings=tc.max_position_embeddings,
-        num_target_layers=n,
-        conv_kernel_size=cfg.conv_kernel_size,
-        conv_group_size=cfg.conv_group_size,
-        lilicorr=geometry,
-    )
-
-
-def build_model(cfg: DraftTrainConfig, target: TargetRuntime) -> DraftModel:
-    dcfg = build_draft_config(cfg, target)
-    model = DraftModel(dcfg).init_weights(cfg.seed)
-    if cfg.init:
-        init = load_draft(cfg.init, target.model.config)
-        if init.cfg.target_layer_ids != dcfg.target_layer_ids or init.cfg.block_size != dcfg.block_size:
-            dcfg.target_layer_ids, dcfg.block_size = init.cfg.target_layer_ids, init.cfg.block_size
-            model = DraftModel(dcfg).init_weights(cfg.seed)
-        missing = model.load_state_dict(init.state_dict(), strict=False)
-        bad = [k for k in missing.missing_keys if not k.startswith("lilicorr.")]
-        if bad or missing.unexpected_keys:
-            raise ValueError(
-                f"--init {cfg.init}: backbone mismatch (missing {bad[:4]}, unexpected {missing.unexpected_keys[:4]})"
-            )
-    return model
 
 
 class DraftStep:
@@ -400,7 +236,7 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
     trainable.train()
     while not run.done:
         for g in opt.param_groups:
-            g["lr"] = _lr(run.step, cfg)
+            g["lr"] = lr_at(run.step, cfg)
         idx = torch.randint(len(train_mask), (cfg.batch_size,), generator=gen)  # global batch, same on every rank
         anchors, valid = sample_anchors(train_mask[idx], cfg.anchors, step_fn.block, gen)
         sl = slice(rank * per_rank, (rank + 1) * per_rank)

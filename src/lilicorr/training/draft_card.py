@@ -28,7 +28,7 @@ def train_command(tc: dict) -> str:
     """The ``lilicorr train draft`` command that reproduces a run, rebuilt from its recorded config by the
     same field table that declares the options (``training/options.py``)."""
     from lilicorr.options import command_line
-    from lilicorr.training.draft import DraftTrainConfig
+    from lilicorr.training.draft_config import DraftTrainConfig
 
     tc = {**tc, "run_dir": "", "device": "auto"}  # where and on what it ran: not part of the recipe
     return command_line("lilicorr train draft", DraftTrainConfig, tc)

@@ -33,7 +33,7 @@ from tqdm import tqdm
 from lilicorr.data.atomic import atomic_write, atomic_write_text
 from lilicorr.data.corpus import read_split
 from lilicorr.options import command_line, option
-from lilicorr.runtime.runtime import folder_tokenizer_and_eos
+from lilicorr.runtime.folder import folder_tokenizer_and_eos
 from lilicorr.training.answerers import ENGINES, Job, make_answerer
 from lilicorr.training.data_card import data_card, write_data_card
 
