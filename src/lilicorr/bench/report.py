@@ -12,6 +12,15 @@ from lilicorr.decoding.methods import get_method
 from lilicorr.decoding.stats import STAGES
 
 
+def _save(fig, out_dir: Path, name: str) -> str:
+    """Write one figure as a PNG beside the page and close it; returns its file name."""
+    import matplotlib.pyplot as plt
+
+    fig.savefig(out_dir / name, dpi=110)
+    plt.close(fig)
+    return name
+
+
 def _plots(results: dict, out_dir: Path, prefix: str) -> list[str]:
     import matplotlib
 
@@ -41,9 +50,7 @@ def _plots(results: dict, out_dir: Path, prefix: str) -> list[str]:
         ax.set_ylabel("τ (mean acceptance length)")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    files.append(f"{prefix}tau_by_arm.png")
-    fig.savefig(out_dir / files[-1], dpi=110)
-    plt.close(fig)
+    files.append(_save(fig, out_dir, f"{prefix}tau_by_arm.png"))
     # per-position acceptance, one panel per temperature
     fig, axes = plt.subplots(1, len(temps), figsize=(6 * len(temps), 4.2), squeeze=False)
     for ax, t in zip(axes[0], temps, strict=True):
@@ -55,9 +62,7 @@ def _plots(results: dict, out_dir: Path, prefix: str) -> list[str]:
         ax.set_title(f"per-position acceptance, T={t:g}")
         ax.legend(fontsize=6)
     fig.tight_layout()
-    files.append(f"{prefix}per_position.png")
-    fig.savefig(out_dir / files[-1], dpi=110)
-    plt.close(fig)
+    files.append(_save(fig, out_dir, f"{prefix}per_position.png"))
     # cycle-time breakdown
     fig, ax = plt.subplots(figsize=(max(7, 0.45 * len(runs)), 4.2))
     labels = [f"{r['arm']['name']}\nT={r['temperature']:g}" for r in runs]
@@ -71,9 +76,7 @@ def _plots(results: dict, out_dir: Path, prefix: str) -> list[str]:
     ax.tick_params(axis="x", labelsize=6, labelrotation=90)
     ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
     fig.tight_layout()
-    files.append(f"{prefix}cycle_breakdown.png")
-    fig.savefig(out_dir / files[-1], dpi=110)
-    plt.close(fig)
+    files.append(_save(fig, out_dir, f"{prefix}cycle_breakdown.png"))
     if results.get("sweep"):
         sw = results["sweep"]
         tiers = [t for t in (*TIERS, POOLED) if any(r["tier"] == t for r in sw)]
@@ -95,9 +98,7 @@ def _plots(results: dict, out_dir: Path, prefix: str) -> list[str]:
             ax.set_ylabel("output tokens/s")
             ax.legend(fontsize=7)
         fig.tight_layout()
-        files.append(f"{prefix}throughput.png")
-        fig.savefig(out_dir / files[-1], dpi=110)
-        plt.close(fig)
+        files.append(_save(fig, out_dir, f"{prefix}throughput.png"))
     return files
 
 

@@ -24,20 +24,24 @@ from lilicorr.data.atomic import atomic_write_dir
 from lilicorr.models.config import CheckpointError, DraftConfig
 from lilicorr.models.draft import DraftModel
 
-_A_TO_B = (
-    (r"^lilicorr\.feature_norm\.", "lilicorr.feature_mlp.0."),
-    (r"^lilicorr\.feature_mlp\.up_proj\.", "lilicorr.feature_mlp.1."),
-    (r"^lilicorr\.feature_mlp\.down_proj\.", "lilicorr.feature_mlp.3."),
-    (r"^lilicorr\.layers\.(\d+)\.mlp\.up_proj\.", r"lilicorr.layers.\1.mlp.0."),
-    (r"^lilicorr\.layers\.(\d+)\.mlp\.down_proj\.", r"lilicorr.layers.\1.mlp.2."),
+# The LiLiCorr head's tensor names in Scheme A (vLLM / SGLang) and Scheme B (ModelOpt's nn.Sequential
+# indices), one pair per module; ``{i}`` is a layer index.
+_SCHEME_PAIRS = (
+    ("lilicorr.feature_norm.", "lilicorr.feature_mlp.0."),
+    ("lilicorr.feature_mlp.up_proj.", "lilicorr.feature_mlp.1."),
+    ("lilicorr.feature_mlp.down_proj.", "lilicorr.feature_mlp.3."),
+    ("lilicorr.layers.{i}.mlp.up_proj.", "lilicorr.layers.{i}.mlp.0."),
+    ("lilicorr.layers.{i}.mlp.down_proj.", "lilicorr.layers.{i}.mlp.2."),
 )
-_B_TO_A = (
-    (r"^lilicorr\.feature_mlp\.0\.", "lilicorr.feature_norm."),
-    (r"^lilicorr\.feature_mlp\.1\.", "lilicorr.feature_mlp.up_proj."),
-    (r"^lilicorr\.feature_mlp\.3\.", "lilicorr.feature_mlp.down_proj."),
-    (r"^lilicorr\.layers\.(\d+)\.mlp\.0\.", r"lilicorr.layers.\1.mlp.up_proj."),
-    (r"^lilicorr\.layers\.(\d+)\.mlp\.2\.", r"lilicorr.layers.\1.mlp.down_proj."),
-)
+
+
+def _rules(pairs) -> tuple[tuple[str, str], ...]:
+    """(pattern, replacement) rules mapping each pair's first name to its second."""
+    return tuple(("^" + re.escape(src).replace(r"\{i\}", r"(\d+)"), dst.replace("{i}", r"\1")) for src, dst in pairs)
+
+
+_A_TO_B = _rules(_SCHEME_PAIRS)
+_B_TO_A = _rules((b, a) for a, b in _SCHEME_PAIRS)
 # Present in some exports, never used: the engines take these from the target / recompute them.
 _TOLERATED = re.compile(r"^(embed_tokens\.weight|rotary_emb\.inv_freq|layers\.\d+\.self_attn\.rotary_emb\..*)$")
 

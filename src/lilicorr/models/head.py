@@ -29,11 +29,14 @@ class HeadScores:
     pair: torch.Tensor  # [batch, n−1, K, K] fp32: [s, i, j] = slot s cand i → slot s+1 cand j
 
 
-class FeatureMLP(nn.Module):
-    def __init__(self, width: int):
+class SiluMLP(nn.Module):
+    """``down_proj(silu(up_proj(x)))``: the head's feature MLP and each lattice layer's MLP (the tensor
+    names are the checkpoint's)."""
+
+    def __init__(self, d_in: int, d_hidden: int, d_out: int):
         super().__init__()
-        self.up_proj = nn.Linear(NUM_FEATURES, width)
-        self.down_proj = nn.Linear(width, width)
+        self.up_proj = nn.Linear(d_in, d_hidden)
+        self.down_proj = nn.Linear(d_hidden, d_out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.up_proj(x)))
@@ -60,23 +63,13 @@ class LatticeAttention(nn.Module):
         return self.out_proj(out.transpose(1, 2).reshape(b, n, w))
 
 
-class LatticeMLP(nn.Module):
-    def __init__(self, width: int, hidden: int):
-        super().__init__()
-        self.up_proj = nn.Linear(width, hidden)
-        self.down_proj = nn.Linear(hidden, width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.up_proj(x)))
-
-
 class LatticeLayer(nn.Module):
     def __init__(self, width: int, heads: int, mlp_hidden: int, eps: float):
         super().__init__()
         self.attn_norm = nn.RMSNorm(width, eps=eps)
         self.attn = LatticeAttention(width, heads)
         self.mlp_norm = nn.RMSNorm(width, eps=eps)
-        self.mlp = LatticeMLP(width, mlp_hidden)
+        self.mlp = SiluMLP(width, mlp_hidden, width)
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x), bias)
@@ -99,7 +92,7 @@ class LiLiCorrHead(nn.Module):
         self.pass_hidden_proj = nn.Linear(hm, h)
         self.context_proj = nn.Linear(hm, h)
         self.feature_norm = nn.LayerNorm(NUM_FEATURES, eps=1e-5)
-        self.feature_mlp = FeatureMLP(h)
+        self.feature_mlp = SiluMLP(NUM_FEATURES, h, h)
         self.slot_embedding = nn.Parameter(torch.zeros(1, 1, s, 1, h))
         self.rank_embedding = nn.Parameter(torch.zeros(1, 1, 1, g.candidate_topk, h))
         self.relative_slot_bias = nn.Parameter(torch.zeros(g.num_heads, 2 * cfg.block_size - 1))

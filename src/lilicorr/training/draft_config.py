@@ -122,6 +122,12 @@ def mask_token_id(tokenizer, name: str = "") -> int:
     )
 
 
+# LiLiCorrGeometry field -> the training option that sets it
+HEAD_OPTIONS = {"candidate_topk": "candidate_topk", "hidden_size": "head_hidden_size", "num_layers": "head_layers",
+                "num_heads": "head_heads", "mlp_ratio": "head_mlp_ratio", "factor_dim": "factor_dim",
+                "vector_eps": "vector_eps", "logit_scale": "logit_scale"}  # fmt: skip
+
+
 def build_draft_config(cfg: DraftTrainConfig, target: TargetRuntime) -> DraftConfig:
     tc = target.model.config
     n = tc.num_hidden_layers
@@ -133,16 +139,7 @@ def build_draft_config(cfg: DraftTrainConfig, target: TargetRuntime) -> DraftCon
     rope = getattr(tc, "rope_theta", None) or (getattr(tc, "rope_parameters", None) or {}).get("rope_theta")
     geometry = None
     if get_mode(cfg.mode).head:
-        geometry = LiLiCorrGeometry(
-            candidate_topk=cfg.candidate_topk,
-            hidden_size=cfg.head_hidden_size,
-            num_layers=cfg.head_layers,
-            num_heads=cfg.head_heads,
-            mlp_ratio=cfg.head_mlp_ratio,
-            factor_dim=cfg.factor_dim,
-            vector_eps=cfg.vector_eps,
-            logit_scale=cfg.logit_scale,
-        )
+        geometry = LiLiCorrGeometry(**{field: getattr(cfg, option) for field, option in HEAD_OPTIONS.items()})
     return DraftConfig(
         hidden_size=tc.hidden_size,
         intermediate_size=tc.intermediate_size,

@@ -23,23 +23,11 @@ from lilicorr.training.run import TrainRun
 
 # Width vs depth for a CPU budget of ~90 min: shallow-and-wide models run far more tokens/s on 2
 # cores than deep-and-narrow ones of equal size, and at this scale tokens seen dominate quality.
+_SHAPE = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+          "head_dim")  # fmt: skip
 PRESETS: dict[str, dict] = {
-    "tiny-s": dict(
-        hidden_size=256,
-        intermediate_size=768,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-    ),
-    "tiny-m": dict(
-        hidden_size=384,
-        intermediate_size=1024,
-        num_hidden_layers=5,
-        num_attention_heads=6,
-        num_key_value_heads=2,
-        head_dim=64,
-    ),
+    "tiny-s": dict(zip(_SHAPE, (256, 768, 4, 4, 2, 64), strict=True)),
+    "tiny-m": dict(zip(_SHAPE, (384, 1024, 5, 6, 2, 64), strict=True)),
 }
 
 
