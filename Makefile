@@ -33,7 +33,7 @@ venv: $(BIN)/.installed
 
 # Speculative generation on the default target (SmolLM2-135M-Instruct, built by `make target`) with the
 # shipped LiLiCorr drafter in the fastest lossless configuration measured (generate's default with --draft
-# alone: lilicorr.decoding.methods.FASTEST), the prompt under the chat template; autoregressive decoding of
+# alone: lilicorr.decoding.config.FASTEST), the prompt under the chat template; autoregressive decoding of
 # the same prompt in the same process gives the speedup. Plain generation if the drafter is absent.
 DRAFT ?= models/smollm2-lilicorr
 run: venv target

@@ -3,7 +3,7 @@
 Arms: llama-server AR (the target GGUF, Q4_1 as shipped), llama-server + each drafter exported as GGUF
 (DFlash drafting; a LiLiCorr drafter runs as its DFlash backbone there), and lilicorr's engine (AR, the
 LiLiCorr chain, DDTree on the same backbone, ngram) on the dequantized HF folder. Writes a markdown
-table (default docs/RESULTS-llamacpp.md). Run it alone on the machine: timings.
+table (default docs/results/llamacpp.md). Run it alone on the machine: timings.
 
     python benchmarks/llamacpp_speed.py --threads 2 --max-tokens 64
 """
@@ -51,7 +51,7 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--prompts", type=int, default=8, help="MT-Bench prompts, one per category first")
     ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--out", default="docs/RESULTS-llamacpp.md")
+    ap.add_argument("--out", default="docs/results/llamacpp.md")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     rows = load_set("mt-bench")

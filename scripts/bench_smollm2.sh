@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The SmolLM2 comparison behind docs/RESULTS.md: every shipped SmolLM2 drafter and head on MT-Bench
+# The SmolLM2 comparison behind docs/results/smollm2.md: every shipped SmolLM2 drafter and head on MT-Bench
 # (8 categories) + HumanEval, round-robin PER_CAT prompts per category, T = 0 and 1, batch 1, in one
 # process beside AR and transformers' generate(). Run it alone on the machine (timings). Resumable.
 source "$(dirname "$0")/eval_prompts.sh"
@@ -31,5 +31,5 @@ done
 $L bench --target models/smollm2-135m-instruct "${DRAFTS[@]/#/--draft=}" --only "${ONLY[@]}" \
   --prompts data/prompts/eval-mt-bench-humaneval.jsonl --num-prompts $((9 * PER_CAT)) --max-new-tokens $MAX_NEW \
   --temperatures 0 1 --dtype $DTYPE --threads 2 --no-sweep --out "$OUT"
-$L report "$OUT/results.json" --out docs/RESULTS.md --title "Results: SmolLM2-135M-Instruct drafters" \
-  --baseline smollm2-dflash --command "scripts/bench_smollm2.sh" --notes ${NOTES:-docs/results_notes.md}
+$L report "$OUT/results.json" --out docs/results/smollm2.md --title "Results: SmolLM2-135M-Instruct drafters" \
+  --baseline smollm2-dflash --command "scripts/bench_smollm2.sh" --notes ${NOTES:-docs/results/smollm2-notes.md}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The speed comparison behind docs/RESULTS-speed.md: SmolLM2-135M-Instruct with its shipped drafters, the arms
+# The speed comparison behind docs/results/smollm2-speed.md: SmolLM2-135M-Instruct with its shipped drafters, the arms
 # the speed issue names (AR, transformers generate(), DFlash chain, LiLiCorr chain, LiLiCorr tree, DDTree, with
 # and without adaptive verification — trees run the auto budget, which is adaptive; fixed 16-node trees for
 # the equal-budget pair) plus prompt lookup and the trees with its graft, at batch 1 (T = 0 and 1, MT-Bench +
@@ -19,5 +19,5 @@ $L bench --target models/smollm2-135m-instruct --draft models/$D --draft models/
   --temperatures 0 1 --dtype auto --threads 2 \
   --sweep-concurrency 1 2 4 8 16 32 --sweep-input-lens 128 1024 --sweep-max-tokens 32 --sweep-pooled \
   --sweep-arms "${SWEEP[@]}" --out "$OUT"
-$L report "$OUT/results.json" --out docs/RESULTS-speed.md --title "Results: speed on SmolLM2-135M-Instruct" \
-  --baseline $D --command "scripts/bench_speed_smollm2.sh" --notes docs/results-speed_notes.md
+$L report "$OUT/results.json" --out docs/results/smollm2-speed.md --title "Results: speed on SmolLM2-135M-Instruct" \
+  --baseline $D --command "scripts/bench_speed_smollm2.sh" --notes docs/results/smollm2-speed-notes.md

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The full tiny-s comparison behind docs/RESULTS-tiny-s.md: every shipped drafter and comparison arm on one
+# The full tiny-s comparison behind docs/results/tiny-s.md: every shipped drafter and comparison arm on one
 # stack, 24 held-out prompts + 4 long-context prompts (2560 tokens), T = 0 and 1, the long drafters
 # also at 3 draft tokens, then the throughput sweep (concurrency 1..32 × input 64 / 2560 × 3 entropy
 # tiers; AR, the long drafters, DDTree and the strongest comparison arm, to keep it under half an hour

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # (Re)write the MODEL_CARD.md of every shipped SmolLM2 drafter from its training summary and the bench
-# behind docs/RESULTS.md (scripts/bench_smollm2.sh). Training commands are rebuilt from the recorded configs.
+# behind docs/results/smollm2.md (scripts/bench_smollm2.sh). Training commands are rebuilt from the recorded configs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1

@@ -1,4 +1,4 @@
-"""``docs/RESULTS.md`` and its plots, generated from a bench ``results.json`` — never edited by hand."""
+"""``docs/results/smollm2.md`` and its plots, generated from a bench ``results.json`` — never edited by hand."""
 
 from __future__ import annotations
 

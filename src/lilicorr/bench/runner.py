@@ -43,7 +43,7 @@ def run_variant(
 
     ``paired_ar``: before each prompt, plain decoding of the same request is timed too, and the arm's
     speedup is over that paired AR time. A shared CPU's speed drifts by tens of percent over minutes
-    (measured here: one SmolLM2 token 75 ms, two minutes later 47 ms), so arms timed one after the other
+    (docs/results/smollm2-speed-notes.md), so arms timed one after the other
     cannot be compared with one AR run made minutes earlier; prompt-by-prompt pairs can."""
     tok = target.tokenizer
 

@@ -129,7 +129,7 @@ def register(sub) -> None:
 
     s = sub.add_parser("report", help="generate a results markdown page with plots from a bench results.json")
     s.add_argument("results")
-    s.add_argument("--out", default="docs/RESULTS.md")
+    s.add_argument("--out", default="docs/results/smollm2.md")
     s.add_argument("--command", default="", help="the bench command that produced the results")
     s.add_argument("--title", default="Results")
     s.add_argument("--baseline", nargs="+", default=None, help="arm names the derived table divides τ by")

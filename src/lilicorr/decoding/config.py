@@ -5,7 +5,7 @@
   checked against the methods registry (``read_speculative_config`` for the JSON text);
 - the default-method rule: what a drafter folder runs when nothing is asked (``method_for_draft``,
   vLLM's rule) and when a user gives the folder alone (``default_config``: the fastest lossless
-  configuration measured, recorded in ``docs/results/speed.md``);
+  configuration measured, recorded in ``docs/results/smollm2-speed.md``);
 - ``num_speculative_tokens``: its default and its one check (``draft_length``).
 """
 

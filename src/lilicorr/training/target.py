@@ -21,8 +21,8 @@ from lilicorr.data.tokens import fixed_windows, sample_windows, token_array
 from lilicorr.options import option
 from lilicorr.training.run import TrainRun
 
-# Width vs depth for a CPU budget of ~90 min: shallow-and-wide models run far more tokens/s on 2
-# cores than deep-and-narrow ones of equal size, and at this scale tokens seen dominate quality.
+# Width vs depth for a CPU budget: shallow-and-wide models run far more tokens/s on 2 cores than
+# deep-and-narrow ones of equal size, and at this scale tokens seen dominate quality.
 _SHAPE = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
           "head_dim")  # fmt: skip
 PRESETS: dict[str, dict] = {

@@ -24,8 +24,8 @@ def tree_proposal(tree: TokenTree) -> Proposal:
 
 # With ``tree_budget: auto`` a tree of this many nodes is built and the engine verifies, each step, the
 # best-first prefix of it that maximises expected tokens per second under the measured cost curve
-# (``decoding/adaptive.py``). It bounds the search and the verify width; on SmolLM2 (2 CPU cores) a 32-token
-# verify costs ≈ 1.3–1.4× a 1-token one (benchmarks/verify_cost.py), so wider trees rarely pay.
+# (``decoding/adaptive.py``). It bounds the search and the verify width (what a wide verify costs on a
+# CPU: benchmarks/verify_cost.py).
 AUTO_TREE_CAP = 32
 
 
@@ -79,7 +79,7 @@ class LatticeTreeProposer(TreeProposer):
             return tree_proposal(build_lattice_tree(ids, lp, scores, d.anchor_tokens, self.tree_budget, self.chains(d)))
 
 
-# Default 16: measured faster than ``auto`` on SmolLM2 (docs/results-speed_notes.md, "Auto budget").
+# Default 16: measured faster than ``auto`` on SmolLM2 (docs/results/smollm2-speed-notes.md, "Auto budget").
 BUDGET = Option(
     "tree_budget",
     16,
