@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A/B of the head-gradient options on the 1500-step tiny-s recipe (ship_tiny_s_drafters.sh): the same
+# A/B of the head-gradient options on the 1500-step tiny-s recipe (ship_tiny_drafters.sh tiny-s): the same
 # co-trained LiLiCorr run as models/tiny-s-lilicorr (reference: one global clip, full head gradient into
 # the backbone) but with --clip-per-module --head-grad-to-backbone 0.25. Output:
 # models/tiny-s-lilicorr-decoupled; compared in scripts/bench_tiny_s.sh.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Train the DFlash2-selector and DSpark-Markov comparison arms on tiny-s with exactly the recipe of the
-# shipped drafters (same regenerated data, steps, seed, backbone geometry: see ship_tiny_s_drafters.sh),
+# shipped drafters (same regenerated data, steps, seed, backbone geometry: see ship_tiny_drafters.sh tiny-s),
 # in parallel, one thread each. Domino's GRU arm trains the same way (--mode domino).
 set -euo pipefail
 cd "$(dirname "$0")/.."
