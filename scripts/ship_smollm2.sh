@@ -10,7 +10,8 @@
 #       --conv-kernel-size 2 --conv-group-size 16 (stage "conv"; trained in a later session than 5)
 #   6. heads on the frozen smollm2-dflash backbone, HEAD_STEPS each, two at a time: LiLiCorr's head and
 #      the comparison arms (DFlash2's selector, DSpark, Domino)
-# Knobs: SEQS (sequences of data), STEPS, HEAD_STEPS, THREADS_REGEN; STAGES (default "data main conv heads").
+# Knobs: SEQS (sequences of data), STEPS, HEAD_STEPS, REGEN_ENGINE (default llamacpp); STAGES (default "data main
+# conv heads"; "scale" makes the data at scale: all ShareGPT turns, regenerated, and the fixed answers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
@@ -20,16 +21,32 @@ SEQS=${SEQS:-1792}
 STEPS=${STEPS:-1600}
 DATA=data/regen-smollm2/sharegpt-$SEQS.safetensors
 FEATS=data/cache/features-smollm2-$SEQS
+ENGINE=${REGEN_ENGINE:-llamacpp}  # the fastest measured here (benchmarks/regen_engines.py, docs/guide/training.md)
 mkdir -p runs data/prompts
 
 make target
 STAGES=${STAGES:-data main conv heads}
 [ -f data/prompts/sharegpt.jsonl ] || $L data prompts sharegpt --out data/prompts/sharegpt.jsonl
+[ -f data/prompts/sharegpt-turns.jsonl ] || $L data prompts sharegpt-turns --out data/prompts/sharegpt-turns.jsonl
+[[ $ENGINE != llamacpp ]] || make llamacpp
+if [[ $STAGES == *scale* ]]; then
+# Data at scale (resumable shards + manifest; every stage continues where it stopped, on any engine):
+# all first turns, then the later turns with the conversation before them, then ShareGPT's own answers.
+$L data regenerate --target $TARGET --prompts data/prompts/sharegpt.jsonl --out data/regen-smollm2/sharegpt-first.safetensors \
+  --shards data/regen-smollm2/sharegpt.safetensors.shards --num-sequences 10932 --max-prompt-tokens 256 \
+  --new-tokens 256 --shard-size 32 --concurrency 32 --engine $ENGINE --seed 0 --card data/cards/smollm2-sharegpt-first
+$L data regenerate --target $TARGET --prompts data/prompts/sharegpt.jsonl --out data/regen-smollm2/sharegpt-fixed.safetensors \
+  --num-sequences 10932 --max-prompt-tokens 256 --new-tokens 256 --shard-size 256 --engine fixed --seed 0 \
+  --card data/cards/smollm2-sharegpt-fixed
+$L data regenerate --target $TARGET --prompts data/prompts/sharegpt-turns.jsonl \
+  --out data/regen-smollm2/sharegpt-turns.safetensors --num-sequences 24708 --max-prompt-tokens 768 \
+  --new-tokens 256 --shard-size 32 --concurrency 32 --engine $ENGINE --seed 0 --card data/cards/smollm2-sharegpt-turns
+fi
 if [[ $STAGES == *data* ]]; then
-# Shards are per batch of 32 and prompts come in file order, so any SEQS reuses the shards already made.
+# The shipped drafters' data: the first SEQS prompts (shards shared with the first-turn stage above).
 $L data regenerate --target $TARGET --prompts data/prompts/sharegpt.jsonl --out $DATA \
   --shards data/regen-smollm2/sharegpt.safetensors.shards --num-sequences $SEQS --max-prompt-tokens 256 \
-  --new-tokens 256 --batch-size 32 --dtype bfloat16 --threads ${THREADS_REGEN:-2} --seed 0
+  --new-tokens 256 --shard-size 32 --concurrency 32 --engine $ENGINE --seed 0
 $L data features --target $TARGET --data $DATA --out $FEATS --threads 2
 fi
 
