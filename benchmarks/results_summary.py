@@ -1,0 +1,86 @@
+"""The README's results summary, generated from the committed result pages (``docs/results/*.md``).
+
+For each page made by ``lilicorr report``, per temperature: the arm with the highest pooled τ and the arm
+with the highest speedup over (paired) plain decoding, copied from the page's main table, with a link to it
+(the oracle arms, which read the target's own answer, are left out).
+Rewrites the block between ``<!-- results-summary -->`` markers in README.md; prints it with ``--print``.
+
+    python benchmarks/results_summary.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+BEGIN, END = "<!-- results-summary:begin -->", "<!-- results-summary:end -->"
+
+
+def _main_table(text: str) -> list[dict]:
+    """Rows of the page's first table that has a 'T' and an 'arm' column."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        cols = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cols[:2] == ["T", "arm"]:
+            rows = []
+            for row in lines[i + 2 :]:
+                if not row.startswith("|"):
+                    break
+                cells = [c.strip() for c in row.strip().strip("|").split("|")]
+                rows.append(dict(zip(cols, cells, strict=False)))
+            return rows
+    return []
+
+
+def _num(cell: str) -> float:
+    m = re.match(r"[\d.]+", cell or "")
+    return float(m.group()) if m else float("nan")
+
+
+def summary(pages: list[Path]) -> str:
+    out = ["| page | T | highest τ | best speedup vs plain decoding |", "|---|---|---|---|"]
+    for page in pages:
+        rows = _main_table(page.read_text())
+        if not rows:
+            continue
+        speed_col = "speedup vs paired AR" if rows[0].get("speedup vs paired AR", "—") != "—" or any(
+            r.get("speedup vs paired AR", "—") != "—" for r in rows) else "speedup vs AR"  # fmt: skip
+        for t in sorted({r["T"] for r in rows}):
+            # plain decoding is the baseline; the oracle reads the target's answer (a measurement, not a method)
+            rs = [r for r in rows if r["T"] == t and r["arm"] != "ar" and ":oracle" not in r["arm"]]
+            if not rs:
+                continue
+            tau = max(rs, key=lambda r: _num(r.get("τ pooled", "")))
+            fast = max(rs, key=lambda r: _num(r.get(speed_col, "")))
+            out.append(f"| [{page.stem}]({page.as_posix()}) | {t} | {tau['arm']} {tau['τ pooled']} | "
+                       f"{fast['arm']} {fast.get(speed_col)} |")  # fmt: skip
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pages", nargs="+", default=sorted(str(p) for p in Path("docs/results").glob("*.md")))
+    ap.add_argument("--readme", default="README.md")
+    ap.add_argument("--print", action="store_true")
+    args = ap.parse_args()
+    pages = [Path(p) for p in args.pages if not p.endswith("-notes.md")]
+    block = summary(pages)
+    if args.print:
+        print(block)
+        return 0
+    readme = Path(args.readme)
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        print(f"error: {readme}: markers {BEGIN} / {END} not found", file=sys.stderr)
+        return 2
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    readme.write_text(f"{head}{BEGIN}\n{block}\n{END}{tail}")
+    print(f"wrote the results summary into {readme}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
