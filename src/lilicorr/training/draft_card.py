@@ -26,7 +26,7 @@ def _bench_rows(bench: dict, name: str) -> list[str]:
 
 def train_command(tc: dict) -> str:
     """The ``lilicorr train draft`` command that reproduces a run, rebuilt from its recorded config by the
-    same field table that declares the options (``training/options.py``)."""
+    same field table that declares the options (``lilicorr/options.py``)."""
     from lilicorr.options import command_line
     from lilicorr.training.draft_config import DraftTrainConfig
 

@@ -24,7 +24,7 @@ DEVICES = ("auto", "cpu", "cuda")
 @dataclass
 class DraftTrainConfig:
     """Every option of ``lilicorr train draft``: the CLI options and a card's recorded command are generated
-    from these fields (``training/options.py``)."""
+    from these fields (``lilicorr/options.py``)."""
 
     target: str = option(help="target folder (Hugging Face causal LM)")
     data: str = option(help="file made by `lilicorr data regenerate`")
