@@ -10,13 +10,15 @@ loss needs them (``lm_head(final) == logits``, which the trainer's online path r
 
 Layout: ``DIR/meta.json`` plus shards ``DIR/NNNNN.safetensors`` of ``shard_size`` sequences each,
 ``taps [n, L, len(layer_ids)·H]`` and ``final [n, L, H]`` in the extraction dtype (bf16 by default),
-``L`` = the longest supervised prefix of the data. Shards are written atomically, so an interrupted extraction resumes.
+``L`` = the longest supervised prefix of the data. Shards are written atomically, so an interrupted extraction resumes;
+``extraction.json`` logs each shard's positions, seconds and bytes (``extraction_report``: disk use, positions/s).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 
 import torch
@@ -84,6 +86,9 @@ def extract_features(
     atomic_write_text(old, json.dumps(meta, indent=2) + "\n")
     n_shards = (len(tokens) + shard_size - 1) // shard_size
     store_dtype = getattr(torch, dtype)  # bf16 halves the cache; fp32 keeps online training bit-comparable
+    log_path = out / "extraction.json"  # per shard: positions, seconds, bytes (the rate and disk use reported)
+    log = json.loads(log_path.read_text()) if log_path.exists() else []
+    t0 = time.time()
     for si in tqdm(range(n_shards), desc="features", mininterval=5):
         path = out / f"{si:05d}.safetensors"
         if path.exists():
@@ -96,7 +101,22 @@ def extract_features(
             final.append(f.to("cpu", store_dtype))
         tensors = {"taps": torch.cat(taps).contiguous(), "final": torch.cat(final).contiguous()}
         atomic_write(path, lambda p, t=tensors: save_file(t, str(p)))
-    return meta
+        log.append({"shard": path.name, "positions": int(rows.numel()), "seconds": round(time.time() - t0, 2),
+                    "bytes": path.stat().st_size})  # fmt: skip
+        atomic_write_text(out / "extraction.json", json.dumps(log, indent=1) + "\n")
+        t0 = time.time()
+    return {**meta, **extraction_report(out)}
+
+
+def extraction_report(folder: str | Path) -> dict:
+    """Disk use and extraction rate of a feature cache, from its ``extraction.json`` (shards made by this
+    version; positions include the prompt and padding columns, which every row stores)."""
+    folder = Path(folder)
+    log_path = folder / "extraction.json"
+    log = json.loads(log_path.read_text()) if log_path.exists() else []
+    disk = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+    secs, pos = sum(e["seconds"] for e in log), sum(e["positions"] for e in log)
+    return {"disk_bytes": disk, "positions_per_s": round(pos / secs, 1) if secs else None, "timed_shards": len(log)}
 
 
 class FeatureStore:
