@@ -71,6 +71,7 @@ def main() -> int:
     ap.add_argument("--num", type=int, default=256)
     ap.add_argument("--identity", type=int, default=32, help="T=0 prompts compared with native fp32 (0: skip)")
     ap.add_argument("--engines", nargs="+", default=["native:float32", "native:bfloat16", "llamacpp", "vllm:float32"])
+    ap.add_argument("--identity-only", nargs="*", default=[], help="engines compared at T=0 but not timed here")
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--max-prompt-tokens", type=int, default=256)
     ap.add_argument("--shard-size", type=int, default=32)
@@ -89,7 +90,7 @@ def main() -> int:
         print(json.dumps(row), flush=True)
     if args.identity:
         _, ref = _run("native:float32", args, prompts, args.identity, 0.0, "greedy")
-        for spec in args.engines:
+        for spec in args.engines + args.identity_only:
             if spec != "native:float32":
                 _, data = _run(spec, args, prompts, args.identity, 0.0, "greedy")
                 results["identity"].append({"engine": spec, **_agreement(ref, data)})
