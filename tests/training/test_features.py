@@ -34,6 +34,8 @@ def test_cached_features_train_exactly_like_the_online_target(tiny_target_dir, r
     cache = tmp_path / "feats"
     meta = extract_features(str(tiny_target_dir), str(regen_data), str(cache), [0, 2], shard_size=16, dtype="float32")
     assert meta["sequences"] == 40 and meta["length"] == 32
+    assert meta["timed_shards"] == 3 and meta["positions_per_s"] > 0  # 40 rows in shards of 16
+    assert meta["disk_bytes"] == sum(f.stat().st_size for f in cache.glob("*.safetensors"))
     train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / "online", mode))
     train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / "cached", mode, features=str(cache)))
     online, cached = _log(tmp_path / "online-run"), _log(tmp_path / "cached-run")

@@ -73,37 +73,42 @@ def backbone_folder(draft_dir: Path, out: Path) -> bool:
     return True
 
 
+def _convert(model_dir: Path, out: Path, outtype: str, extra: list[str]) -> None:
+    """llama.cpp's own converter on a Hugging Face folder; ``out`` appears whole or not at all."""
+    src = source_dir()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(f".{out.name}.tmp")
+    env = {**os.environ, "PYTHONPATH": str(src / "gguf-py")}
+    cmd = [sys.executable, str(src / "convert_hf_to_gguf.py"), str(model_dir), *extra]
+    cmd += ["--outfile", str(partial), "--outtype", outtype]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if res.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise RuntimeError(f"llama.cpp's converter failed on {model_dir}:\n{res.stderr.strip()[-1500:]}")
+    os.replace(partial, out)
+
+
 def export_gguf(draft_dir: str | Path, target_dir: str | Path, out: str | Path, outtype: str = "bf16") -> dict:
     """Convert a drafter to a llama.cpp GGUF; the file appears whole or not at all."""
     draft_dir, target_dir, out = Path(draft_dir), Path(target_dir), Path(out)
     if not (target_dir / "config.json").exists():
         raise ValueError(f"--target {target_dir}: not a Hugging Face model folder (config.json missing)")
-    src = source_dir()
-    out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="lilicorr-gguf-") as tmp:
         folder = Path(tmp) / "draft"
         dropped = backbone_folder(draft_dir, folder)
-        partial = out.with_name(f".{out.name}.tmp")
-        env = {**os.environ, "PYTHONPATH": str(src / "gguf-py")}
-        cmd = [
-            sys.executable,
-            str(src / "convert_hf_to_gguf.py"),
-            str(folder),
-            "--target-model-dir",
-            str(target_dir),
-            "--outfile",
-            str(partial),
-            "--outtype",
-            outtype,
-        ]
-        res = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if res.returncode != 0:
-            partial.unlink(missing_ok=True)
-            raise RuntimeError(f"llama.cpp's converter failed on {draft_dir}:\n{res.stderr.strip()[-1500:]}")
-        os.replace(partial, out)
+        _convert(folder, out, outtype, ["--target-model-dir", str(target_dir)])
     return {
         "gguf": str(out),
         "bytes": out.stat().st_size,
         "head_dropped": dropped,
         "note": "llama.cpp runs the DFlash backbone; it has no LiLiCorr head" if dropped else "",
     }
+
+
+def target_gguf(target_dir: str | Path, out: str | Path, outtype: str = "f32") -> dict:
+    """A target folder as a llama.cpp GGUF (e.g. the dequantized SmolLM2 in f32: the very weights the native
+    engine runs, for ``data regenerate --engine llamacpp``); reused when ``out`` exists."""
+    target_dir, out = Path(target_dir), Path(out)
+    if not out.exists():
+        _convert(target_dir, out, outtype, [])
+    return {"gguf": str(out), "bytes": out.stat().st_size, "outtype": outtype}

@@ -87,7 +87,7 @@ def extract_features(
     n_shards = (len(tokens) + shard_size - 1) // shard_size
     store_dtype = getattr(torch, dtype)  # bf16 halves the cache; fp32 keeps online training bit-comparable
     log_path = out / "extraction.json"  # per shard: positions, seconds, bytes (the rate and disk use reported)
-    log = json.loads(log_path.read_text()) if log_path.exists() else []
+    log = json.loads(log_path.read_text()) if log_path.exists() else {}  # shard name -> its entry
     t0 = time.time()
     for si in tqdm(range(n_shards), desc="features", mininterval=5):
         path = out / f"{si:05d}.safetensors"
@@ -101,8 +101,8 @@ def extract_features(
             final.append(f.to("cpu", store_dtype))
         tensors = {"taps": torch.cat(taps).contiguous(), "final": torch.cat(final).contiguous()}
         atomic_write(path, lambda p, t=tensors: save_file(t, str(p)))
-        log.append({"shard": path.name, "positions": int(rows.numel()), "seconds": round(time.time() - t0, 2),
-                    "bytes": path.stat().st_size})  # fmt: skip
+        log[path.name] = {"positions": int(rows.numel()), "seconds": round(time.time() - t0, 2),
+                          "bytes": path.stat().st_size}  # fmt: skip
         atomic_write_text(out / "extraction.json", json.dumps(log, indent=1) + "\n")
         t0 = time.time()
     return {**meta, **extraction_report(out)}
@@ -113,7 +113,7 @@ def extraction_report(folder: str | Path) -> dict:
     version; positions include the prompt and padding columns, which every row stores)."""
     folder = Path(folder)
     log_path = folder / "extraction.json"
-    log = json.loads(log_path.read_text()) if log_path.exists() else []
+    log = json.loads(log_path.read_text()) if log_path.exists() else {}  # shard name -> its entry
     disk = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
     secs, pos = sum(e["seconds"] for e in log), sum(e["positions"] for e in log)
     return {"disk_bytes": disk, "positions_per_s": round(pos / secs, 1) if secs else None, "timed_shards": len(log)}
