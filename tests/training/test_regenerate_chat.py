@@ -72,6 +72,14 @@ def test_interrupted_run_resumes_from_its_shards_and_manifest(tiny_target_dir, t
     assert [manifest["shards"][k]["rows"] for k in sorted(manifest["shards"])] == [4, 4, 2]
     assert sum(v["answer_tokens"] for v in manifest["shards"].values()) == int(full["loss_mask"].sum())
     assert all(v["engine"] == "native" for v in manifest["shards"].values())
+    assert sum(v["sampled_rows"] for v in manifest["shards"].values()) == int(full["sampled"].sum())
+    card = (tmp_path / "regen.DATA_CARD.md").read_text()
+    assert "| status | complete" in card and "| answer tokens | " + str(int(full["loss_mask"].sum())) in card
+    # a run cut after its first shard has a card that says how far it got
+    from lilicorr.training.data_card import data_card
+
+    partial = {**manifest, "shards": {"00000": manifest["shards"]["00000"]}}
+    assert "**in progress**: 4 of 10 rows answered" in data_card(vars(cfg), partial, "cmd", 10)
     # the session was cut after shard 0: shards 1 and 2 are gone, shard 0 must not be recomputed
     (shards / "00001.safetensors").unlink()
     (shards / "00002.safetensors").unlink()

@@ -1,8 +1,10 @@
 """``DATA_CARD.md`` for a regenerated (or fixed-answer) dataset: what a drafter trained on it learned from.
 
-Written by ``lilicorr data regenerate --card DIR`` from the run's provenance and its shard manifest, so
-every figure in it comes from the files themselves: prompts (file and sha256), engine(s) and dtype per
-shard, sampling, row and token counts, hashes, and the wall time the shards took.
+Written by ``lilicorr data regenerate`` from the run's configuration and its shard manifest — after every
+shard while the run is going (so a run cut by a session's end still has a card saying how far it got) and
+once more, with the merged file's hash, when it completes. Every figure comes from the files: prompts
+(file and sha256), engine(s) and dtype per shard, sampling, row and token counts, EOS-terminated rows,
+hashes, and the wall time the shards took.
 """
 
 from __future__ import annotations
@@ -17,44 +19,57 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "(missing)"
 
 
-def data_card(meta: dict, manifest: dict, command: str, eos_terminated: int) -> str:
-    cfg = meta["config"]
-    shards = manifest["shards"]
-    by_engine: dict[str, dict] = {}
+def _by_engine(shards: dict) -> dict[str, dict]:
+    out: dict[str, dict] = {}
     for info in shards.values():
         key = f"{info.get('engine')} ({info.get('dtype')})" if info.get("dtype") else str(info.get("engine"))
-        e = by_engine.setdefault(key, {"shards": 0, "rows": 0, "tokens": 0, "seconds": 0.0})
+        e = out.setdefault(key, {"shards": 0, "rows": 0, "tokens": 0, "seconds": 0.0})
         e["shards"] += 1
         e["rows"] += info["rows"]
         e["tokens"] += info["answer_tokens"]
         e["seconds"] += info["seconds"]
-    rows, tokens = meta["sequences"], meta["answer_tokens"]
+    return out
+
+
+def data_card(cfg: dict, manifest: dict, command: str, total_rows: int, merged: dict | None = None) -> str:
+    """The card for ``cfg`` (a ``RegenConfig`` as a dict) from its ``manifest``; ``merged`` (the completed
+    run's ``out.json`` facts) adds the data file's hash, else the card says how far the run is."""
+    shards = manifest["shards"]
+    rows = sum(s["rows"] for s in shards.values())
+    tokens = sum(s["answer_tokens"] for s in shards.values())
+    sampled = sum(s.get("sampled_rows", 0) for s in shards.values())
+    eos = sum(s.get("eos_rows", 0) for s in shards.values())
+    status = (
+        f"complete: `{Path(cfg['out']).name}` sha256 (16) {merged['sha256_16']}"
+        if merged
+        else f"**in progress**: {rows} of {total_rows} rows answered; rerun the command to continue"
+    )
+    prompts = f"`{cfg['prompts']}` (sha256 {_sha(Path(cfg['prompts']))})" if cfg["prompts"] else "corpus windows"
+    layout = manifest["layout"]
     lines = [
         f"# Data card: `{Path(cfg['out']).name}`",
         "",
-        "Made by `lilicorr data regenerate`; this card is written by the same command from the shard manifest.",
+        "Written by `lilicorr data regenerate` from the shard manifest (`manifest.json` beside the shards).",
         "",
         "| field | value |",
         "|---|---|",
+        f"| status | {status} |",
         f"| command | `{command}` |",
         f"| target | `{cfg['target']}` |",
-        f"| prompts | `{cfg['prompts'] or 'corpus windows'}` (sha256 {_sha(Path(cfg['prompts'])) if cfg['prompts'] else '—'}) |",
-        f"| rows | {rows} (prompts of at most {cfg['max_prompt_tokens']} templated tokens, file order) |",
-        f"| sampling | {meta['sampled_sequences']} rows at T=1 (plain sampling, seed per row), {rows - meta['sampled_sequences']} greedy |",
-        f"| answers | at most {cfg['new_tokens']} tokens; {eos_terminated} of {rows} end at EOS |",
+        f"| prompts | {prompts}, file order; prompts over {cfg['max_prompt_tokens']} templated tokens skipped |",
+        f"| sampling | every row's temperature from its index: {sampled} rows at T=1 (plain sampling, seeded per row "
+        f"except on vllm), {rows - sampled} greedy |",
+        f"| answers | at most {cfg['new_tokens']} tokens; {eos} of {rows} rows end at EOS |",
         f"| answer tokens | {tokens} (mean {tokens / max(rows, 1):.1f} per row) |",
-        f"| row layout | {meta['length']} tokens, right-padded; `loss_mask` on answer tokens only |",
-        f"| data file sha256 (16) | {meta['sha256_16']} |",
+        f"| row layout | {layout['length']} tokens, right-padded; `loss_mask` on answer tokens only |",
         f"| shards | {len(shards)} of {cfg['shard_size']} rows, each with its sha256 in `manifest.json` |",
         "",
         "| engine | shards | rows | answer tokens | wall time (answering) | tokens/s |",
         "|---|---|---|---|---|---|",
     ]
-    for name, e in sorted(by_engine.items()):
-        rate = e["tokens"] / e["seconds"] if e["seconds"] else float("nan")
-        lines.append(
-            f"| {name} | {e['shards']} | {e['rows']} | {e['tokens']} | {e['seconds'] / 60:.1f} min | {rate:.0f} |"
-        )
+    for name, e in sorted(_by_engine(shards).items()):
+        rate = f"{e['tokens'] / e['seconds']:.0f}" if e["seconds"] else "—"
+        lines.append(f"| {name} | {e['shards']} | {e['rows']} | {e['tokens']} | {e['seconds'] / 60:.1f} min | {rate} |")
     lines += [
         "",
         "Wall time is per shard, from the previous shard's end (or the engine's start) to this one's: the",

@@ -177,14 +177,22 @@ def regenerate(cfg: RegenConfig) -> dict:
     for si in range(n_shards):  # shards from before the manifest existed: their facts, engine unknown
         path = shard_dir / f"{si:05d}.safetensors"
         if path.exists() and path.stem not in manifest.data["shards"]:
-            mask = load_file(str(path))["loss_mask"]
-            manifest.add(path.stem, {"rows": len(mask), "answer_tokens": int(mask.sum()), "sha256": _file_sha(path),
-                                     "engine": "unrecorded", "dtype": None, "seconds": 0.0})  # fmt: skip
+            facts = shard_facts(load_file(str(path)), eos)
+            manifest.add(path.stem, {**facts, "sha256": _file_sha(path), "engine": "unrecorded", "dtype": None,
+                                     "seconds": 0.0})  # fmt: skip
+    command = command_line("lilicorr data regenerate", RegenConfig, asdict(cfg))
+
+    def card(merged: dict | None = None) -> None:
+        text = data_card(asdict(cfg), manifest.data, command, len(jobs), merged)
+        atomic_write_text(out.with_suffix(".DATA_CARD.md"), text)  # beside the data, named for it
+        if cfg.card:
+            write_data_card(cfg.card, text)
+
     todo = [si for si in range(n_shards) if not (shard_dir / f"{si:05d}.safetensors").exists()]
     if todo:
         answerer = make_answerer(cfg.engine, cfg, eos)
         try:
-            _answer_shards(cfg, answerer, jobs, todo, shard_dir, manifest, length, pad)
+            _answer_shards(cfg, answerer, jobs, todo, shard_dir, manifest, length, pad, eos, on_shard=card)
         finally:
             answerer.close()
     parts = [load_file(str(shard_dir / f"{si:05d}.safetensors")) for si in range(n_shards)]
@@ -202,23 +210,27 @@ def regenerate(cfg: RegenConfig) -> dict:
         "note": "rows with sampled=1 were continued at T=1 (seeded per row, except on vllm), the rest greedily",
     }
     atomic_write_text(out.with_suffix(out.suffix + ".json"), json.dumps(meta, indent=2) + "\n")
-    card = data_card(meta, manifest.data, command_line("lilicorr data regenerate", RegenConfig, asdict(cfg)),
-                     _eos_terminated(merged, eos))  # fmt: skip
-    atomic_write_text(out.with_suffix(".DATA_CARD.md"), card)  # beside the data, named for it
-    if cfg.card:
-        write_data_card(cfg.card, card)
+    card(meta)
     return meta
 
 
-def _eos_terminated(data: dict[str, torch.Tensor], eos: frozenset[int]) -> int:
-    """Rows whose last answer token is an EOS id."""
-    mask = data["loss_mask"]  # [rows, length]
-    last = (mask.cumsum(1) == mask.sum(1, keepdim=True)) & mask
-    return int(sum(int(t) in eos for t in data["tokens"][last].tolist())) if eos else 0
+def shard_facts(tensors: dict[str, torch.Tensor], eos: frozenset[int]) -> dict:
+    """A shard's rows, answer tokens, sampled rows and rows whose answer ends at an EOS id."""
+    mask = tensors["loss_mask"]  # [rows, length]
+    last = (mask.cumsum(1) == mask.sum(1, keepdim=True)) & mask  # each row's last answer column
+    ends = tensors["tokens"][last].tolist()
+    return {
+        "rows": len(mask),
+        "answer_tokens": int(mask.sum()),
+        "sampled_rows": int(tensors["sampled"].sum()),
+        "eos_rows": sum(int(t) in eos for t in ends),
+    }
 
 
-def _answer_shards(cfg, answerer, jobs, todo, shard_dir: Path, manifest: Manifest, length: int, pad: int) -> None:
-    """Answer the rows of the ``todo`` shards; write each shard (atomically) as soon as all its rows are in."""
+def _answer_shards(cfg, answerer, jobs, todo, shard_dir: Path, manifest: Manifest, length: int, pad: int,
+                   eos: frozenset[int], on_shard) -> None:  # fmt: skip
+    """Answer the rows of the ``todo`` shards; write each shard (atomically) as soon as all its rows are in,
+    record it in the manifest and call ``on_shard()`` (the data card follows the run)."""
     S = cfg.shard_size
     wanted = [j for si in todo for j in jobs[si * S : (si + 1) * S]]
     answers: dict[int, list[int]] = {}
@@ -241,8 +253,7 @@ def _answer_shards(cfg, answerer, jobs, todo, shard_dir: Path, manifest: Manifes
         manifest.add(
             path.stem,
             {
-                "rows": len(shard_jobs),
-                "answer_tokens": int(tensors["loss_mask"].sum()),
+                **shard_facts(tensors, eos),
                 "sha256": _file_sha(path),
                 "engine": cfg.engine,
                 "dtype": cfg.dtype if cfg.engine in ("native", "vllm") else None,
@@ -253,6 +264,7 @@ def _answer_shards(cfg, answerer, jobs, todo, shard_dir: Path, manifest: Manifes
         t_last = now
         for j in shard_jobs:
             answers.pop(j.index, None)
+        on_shard()
     bar.close()
 
 
