@@ -88,9 +88,8 @@ def _cfg(tiny_target_dir, regen_data, out, mode, steps=30, **kw):
         anchors=4,
         lr=3e-3,
         val_sequences=8,
-        val_every=1000,
         checkpoint_minutes=100,
-        **kw,
+        **{"val_every": 1000, **kw},
     )
 
 
@@ -396,3 +395,21 @@ def test_card_command_round_trips_through_the_cli(mode):
     args = build_parser().parse_args(shlex.split(command)[1:])
     assert from_args(DraftTrainConfig, args) == cfg
     assert "--fp32" in command and "--w-distill 0.5" in command and "--target-layer-ids 0,2" in command
+
+
+def test_learning_curves_log_positions_and_plot(tiny_target_dir, regen_data, tmp_path):
+    """Validation points carry supervised positions (global batch: every valid block's slots), minutes, τ and
+    the neighbouring-slot repeat rate; `lilicorr report --curves` draws several runs into one PNG."""
+    from lilicorr.cli.main import main
+    from lilicorr.training.curves import read_curve
+
+    for name in ("a", "b"):
+        train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / name, "dflash", steps=6, val_every=3))
+    pts = read_curve(tmp_path / "a-run")
+    assert [p["step"] for p in pts] == [3, 6]
+    assert 0 < pts[0]["positions"] < pts[1]["positions"] <= 6 * 4 * 4 * 3  # steps · batch · anchors · slots
+    assert all(0.0 <= p["neighbour_same"] <= 1.0 and p["tau"] >= 1.0 for p in pts)
+    png = tmp_path / "curves.png"
+    assert main(["report", "--curves", str(tmp_path / "a-run"), str(tmp_path / "b-run"), "--out", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["report", "--curves", str(tmp_path / "missing"), "--out", str(png)]) == 2

@@ -75,6 +75,18 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    if args.curves:
+        from lilicorr.training.curves import plot_curves
+
+        try:
+            print(f"wrote {plot_curves(args.curves, args.out)}")
+        except (FileNotFoundError, KeyError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return 0
+    if not args.results:
+        print("error: give a bench results.json, or --curves RUN... for learning curves", file=sys.stderr)
+        return 2
     from lilicorr.bench.report import write_report
 
     path = write_report(Path(args.results), Path(args.out), args.command, args.title, args.baseline, args.notes)
@@ -127,8 +139,9 @@ def register(sub) -> None:
     add_runtime_args(s, dtype="float32")
     s.set_defaults(func=_bench)
 
-    s = sub.add_parser("report", help="generate a results markdown page with plots from a bench results.json")
-    s.add_argument("results")
+    s = sub.add_parser("report", help="a results page with plots from a bench results.json, or learning curves")
+    s.add_argument("results", nargs="?", default=None)
+    s.add_argument("--curves", nargs="+", default=None, metavar="RUN", help="training run folders: one PNG to --out")
     s.add_argument("--out", default="docs/results/smollm2.md")
     s.add_argument("--command", default="", help="the bench command that produced the results")
     s.add_argument("--title", default="Results")

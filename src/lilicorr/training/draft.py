@@ -133,6 +133,7 @@ def summarize_metrics(sums: dict[str, torch.Tensor], block: int) -> dict:
         "slot_acc": [round(float(x) / blocks, 4) for x in sums["m_slot_acc"]],
         "top1_prefix": round(float(sums["m_top1_prefix"]) / blocks, 4),
         "tau_top1_estimate": round(1 + float(sums["m_top1_prefix"]) / blocks, 4),
+        "neighbour_same": round(float(sums["m_neighbour_same"]) / blocks, 4),
     }
     if "m_oracle_prefix" in sums:
         out["oracle_prefix"] = round(float(sums["m_oracle_prefix"]) / blocks, 4)
@@ -256,8 +257,10 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
             gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         opt.step()
         global_loss = float(_all_reduce(loss.detach()))
+        # supervised positions so far (every valid block's slots, global batch): the x-axis of learning curves
+        run.state["positions"] = run.state.get("positions", 0) + int(valid.sum()) * (step_fn.block - 1)
         run.finish_step(
-            {"loss": round(global_loss, 5), "gnorm": round(float(gnorm), 4)},
+            {"loss": round(global_loss, 5), "gnorm": round(float(gnorm), 4), "positions": run.state["positions"]},
             validate=(lambda: validate(step_fn, batches, val_idx, cfg)) if n_val else None,
             val_every=cfg.val_every,
         )

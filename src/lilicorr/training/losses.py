@@ -139,11 +139,14 @@ def block_metrics(
 ) -> dict[str, torch.Tensor]:
     """Sums for validation metrics over valid blocks (divide by ``blocks``)."""
     vm = valid.float()
-    top1 = logits.argmax(-1) == labels  # [M, S]
+    pred = logits.argmax(-1)  # [M, S]
+    top1 = pred == labels  # [M, S]
     out = {
         "blocks": vm.sum(),
         "slot_acc": (top1.float() * vm[:, None]).sum(0),
         "top1_prefix": (top1.long().cumprod(-1).sum(-1).float() * vm).sum(),
+        # neighbouring slots predicting the same token: a drafter collapsed onto "the next token" everywhere
+        "neighbour_same": ((pred[:, 1:] == pred[:, :-1]).float().mean(-1) * vm).sum(),
     }
     if ids is not None:
         _, in_lat, prefix = lattice_truth(ids, labels, valid)
