@@ -8,7 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lilicorr.decoding.config import SpecConfig, method_for_draft, parse_speculative_config
+from lilicorr.decoding.config import (
+    SpecConfig,
+    check_num_speculative_tokens,
+    method_for_draft,
+    parse_speculative_config,
+)
 from lilicorr.decoding.engine import SpecEngine
 from lilicorr.decoding.methods import BuildContext, get_method
 from lilicorr.decoding.proposal import Proposer
@@ -27,6 +32,8 @@ def build_proposer(
     extras: dict[str, Any] | None = None,
 ) -> Proposer:
     """The proposer of ``spec.method``; None: whatever the drafter folder is (``method_for_draft``)."""
+    if spec.num_speculative_tokens is not None:  # a config built in code, not parsed: the same one check
+        check_num_speculative_tokens(spec.num_speculative_tokens)
     name = spec.method or method_for_draft(draft, draft_dir)
     method = get_method(name)
     options = method.resolve_options(spec.options)

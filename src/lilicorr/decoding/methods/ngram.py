@@ -41,8 +41,6 @@ class NgramProposer(Proposer):
 
     def __init__(self, num_speculative_tokens: int, prompt_lookup_max: int = 4, prompt_lookup_min: int = 1):
         super().__init__("greedy")
-        if num_speculative_tokens < 1:
-            raise ValueError(f"ngram: num_speculative_tokens must be >= 1, got {num_speculative_tokens}")
         if not 1 <= prompt_lookup_min <= prompt_lookup_max:
             raise ValueError(
                 f"ngram: need 1 <= prompt_lookup_min <= prompt_lookup_max, got {prompt_lookup_min}, {prompt_lookup_max}"
