@@ -10,7 +10,7 @@
 #       --conv-kernel-size 2 --conv-group-size 16 (stage "conv"; trained in a later session than 5)
 #   6. heads on the frozen smollm2-dflash backbone, HEAD_STEPS each, two at a time: LiLiCorr's head and
 #      the comparison arms (DFlash2's selector, DSpark, Domino)
-# Knobs: SEQS (sequences of data), STEPS, HEAD_STEPS, REGEN_ENGINE (default llamacpp); STAGES (default "data main
+# Knobs: SEQS (sequences of data), STEPS, HEAD_STEPS, REGEN_ENGINE (default vllm); STAGES (default "data main
 # conv heads"; "scale" makes the data at scale: all ShareGPT turns, regenerated, and the fixed answers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +21,7 @@ SEQS=${SEQS:-1792}
 STEPS=${STEPS:-1600}
 DATA=data/regen-smollm2/sharegpt-$SEQS.safetensors
 FEATS=data/cache/features-smollm2-$SEQS
-ENGINE=${REGEN_ENGINE:-llamacpp}  # the fastest measured here (benchmarks/regen_engines.py, docs/guide/training.md)
+ENGINE=${REGEN_ENGINE:-vllm}  # the fastest measured here, token-identical to native fp32 (benchmarks/regen_engines.py)
 mkdir -p runs data/prompts
 
 make target
@@ -29,6 +29,7 @@ STAGES=${STAGES:-data main conv heads}
 [ -f data/prompts/sharegpt.jsonl ] || $L data prompts sharegpt --out data/prompts/sharegpt.jsonl
 [ -f data/prompts/sharegpt-turns.jsonl ] || $L data prompts sharegpt-turns --out data/prompts/sharegpt-turns.jsonl
 [[ $ENGINE != llamacpp ]] || make llamacpp
+[[ $ENGINE != vllm ]] || make .venv-compat/.installed
 if [[ $STAGES == *scale* ]]; then
 # Data at scale (resumable shards + manifest; every stage continues where it stopped, on any engine):
 # all first turns, then the later turns with the conversation before them, then ShareGPT's own answers.

@@ -23,7 +23,7 @@ case $S in
 esac
 COMMON="--target $TARGET --data $DATA --steps $STEPS --batch-size 8 --anchors 16 --block-size 8 --num-layers 2 --lr 1.5e-3 --gamma 4 --seed 0 --threads 1 --val-every 250"
 
-[ -f $DATA ] || $L data regenerate --target $TARGET --out $DATA --num-sequences ${NUM_SEQ:-2560} --shard-size 32 --seed 0 --threads 2
+[ -f $DATA ] || $L data regenerate --engine native --target $TARGET --out $DATA --num-sequences ${NUM_SEQ:-2560} --shard-size 32 --seed 0 --threads 2
 for arm in dflash lilicorr; do
   extra=""; [ $arm = lilicorr ] && extra=" $HEAD"
   [ -f models/$S-$arm/config.json ] || $L train draft $COMMON$extra --mode $arm --out models/$S-$arm --resume \

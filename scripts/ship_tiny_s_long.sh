@@ -15,7 +15,7 @@ STEPS=${STEPS:-4000}
 COMMON="--target $TARGET --data $DATA --steps $STEPS --batch-size 8 --anchors 16 --block-size 8 --num-layers 2 --lr 1.5e-3 --gamma 4 --seed 0 --threads 1 --val-every 500"
 HEAD="--candidate-topk 8 --head-hidden-size 64 --head-layers 2 --head-heads 4 --factor-dim 64 --logit-scale 8"
 
-[ -f $DATA ] || $L data regenerate --target $TARGET --out $DATA --num-sequences 10240 --shard-size 64 --seed 1 --threads 2
+[ -f $DATA ] || $L data regenerate --engine native --target $TARGET --out $DATA --num-sequences 10240 --shard-size 64 --seed 1 --threads 2
 [ -f models/tiny-s-dflash-long/config.json ] || $L train draft $COMMON --mode dflash --out models/tiny-s-dflash-long \
   --resume > runs/train-tiny-s-dflash-long.log 2>&1 &
 LILICORR_OPTS=${LILICORR_OPTS---clip-per-module --head-grad-to-backbone 0.25}

@@ -24,6 +24,7 @@ def test_chat_rows_are_templated_padded_and_masked(tiny_target_dir, tmp_path):
         new_tokens=12,
         shard_size=4,
         concurrency=3,
+        engine="native",
         prompts=str(prompts),
         max_prompt_tokens=64,
     )
@@ -63,7 +64,8 @@ def test_interrupted_run_resumes_from_its_shards_and_manifest(tiny_target_dir, t
     _, prompts = _chat_prompts(tmp_path, 10)
     out = tmp_path / "regen.safetensors"
     cfg = RegenConfig(target=str(tiny_target_dir), out=str(out), num_sequences=10, new_tokens=10,
-                      shard_size=4, concurrency=4, prompts=str(prompts), max_prompt_tokens=64)  # fmt: skip
+                      shard_size=4, concurrency=4, prompts=str(prompts), max_prompt_tokens=64,
+                      engine="native")  # fmt: skip
     regenerate(cfg)
     full = load_regenerated(out)
     shards = tmp_path / "regen.safetensors.shards"

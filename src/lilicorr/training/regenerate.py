@@ -23,7 +23,7 @@ import hashlib
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -34,7 +34,7 @@ from lilicorr.data.atomic import atomic_write, atomic_write_text
 from lilicorr.data.corpus import read_split
 from lilicorr.options import command_line, option
 from lilicorr.runtime.folder import folder_tokenizer_and_eos
-from lilicorr.training.answerers import ENGINES, Job, make_answerer
+from lilicorr.training.answerers import ENGINES, Job, make_answerer, resolve_engine
 from lilicorr.training.data_card import data_card, write_data_card
 
 SHARD_KEYS = ("tokens", "loss_mask", "sampled")
@@ -55,8 +55,8 @@ class RegenConfig:
     split: str = option("train", "corpus split for prompt windows")
     prompts: str | None = option(None, "prompts JSONL (chat rows, e.g. from `data prompts sharegpt`)")
     max_prompt_tokens: int = option(256, "chat rows: skip longer templated prompts")
-    engine: str = option("native", "who answers: native | llamacpp | vllm | fixed (the rows' own 'answer')",
-                         choices=ENGINES)  # fmt: skip
+    engine: str = option("auto", "who answers: auto (vllm where `make compat` built it, else native) | native | "
+                         "llamacpp | vllm | fixed (the rows' own 'answer')", choices=ENGINES)  # fmt: skip
     gguf: str | None = option(None, "llamacpp: the target GGUF (default: TARGET.gguf)")
     dtype: str = option("float32", "target weights while generating (native, vllm)", choices=("float32", "bfloat16"))
     device: str = option("cpu", "native: where the target runs (auto: CUDA when available)",
@@ -158,6 +158,7 @@ class Manifest:
 
 def regenerate(cfg: RegenConfig) -> dict:
     """Write ``out`` (safetensors: tokens, loss_mask, sampled), ``out.json`` (provenance) and the manifest."""
+    cfg = replace(cfg, engine=resolve_engine(cfg.engine))  # the manifest and card name the engine that ran
     out = Path(cfg.out)
     shard_dir = Path(cfg.shards) if cfg.shards else out.with_name(out.name + ".shards")
     shard_dir.mkdir(parents=True, exist_ok=True)
@@ -190,7 +191,7 @@ def regenerate(cfg: RegenConfig) -> dict:
 
     todo = [si for si in range(n_shards) if not (shard_dir / f"{si:05d}.safetensors").exists()]
     if todo:
-        answerer = make_answerer(cfg.engine, cfg, eos)
+        answerer = make_answerer(cfg.engine, cfg, eos)  # cfg.engine resolved at the top
         try:
             _answer_shards(cfg, answerer, jobs, todo, shard_dir, manifest, length, pad, eos, on_shard=card)
         finally:
