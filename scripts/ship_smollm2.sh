@@ -10,8 +10,9 @@
 #       --conv-kernel-size 2 --conv-group-size 16 (stage "conv"; trained in a later session than 5)
 #   6. heads on the frozen smollm2-dflash backbone, HEAD_STEPS each, two at a time: LiLiCorr's head and
 #      the comparison arms (DFlash2's selector, DSpark, Domino)
-# Knobs: SEQS (sequences of data), STEPS, HEAD_STEPS, REGEN_ENGINE (default vllm); STAGES (default "data main
-# conv heads"; "scale" makes the data at scale: all ShareGPT turns, regenerated, and the fixed answers).
+# Knobs: SEQS (sequences of data), STEPS, HEAD_STEPS, REGEN_ENGINE (default vllm), REGEN_DTYPE (bfloat16);
+# STAGES (default "data main conv heads"; "scale" makes the data at scale: all ShareGPT turns, regenerated,
+# and the fixed answers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
@@ -21,7 +22,8 @@ SEQS=${SEQS:-1792}
 STEPS=${STEPS:-1600}
 DATA=data/regen-smollm2/sharegpt-$SEQS.safetensors
 FEATS=data/cache/features-smollm2-$SEQS
-ENGINE=${REGEN_ENGINE:-vllm}  # the fastest measured here, token-identical to native fp32 (benchmarks/regen_engines.py)
+ENGINE=${REGEN_ENGINE:-vllm}  # the fastest measured here (benchmarks/regen_engines.py; docs/guide/training.md)
+DTYPE=${REGEN_DTYPE:-bfloat16}  # faster than fp32 where measured (docs/guide/training.md); fp32 is token-identical to native
 mkdir -p runs data/prompts
 
 make target
@@ -35,13 +37,15 @@ if [[ $STAGES == *scale* ]]; then
 # all first turns, then the later turns with the conversation before them, then ShareGPT's own answers.
 $L data regenerate --target $TARGET --prompts data/prompts/sharegpt.jsonl --out data/regen-smollm2/sharegpt-first.safetensors \
   --shards data/regen-smollm2/sharegpt.safetensors.shards --num-sequences 10932 --max-prompt-tokens 256 \
-  --new-tokens 256 --shard-size 32 --concurrency 32 --engine $ENGINE --seed 0 --card data/cards/smollm2-sharegpt-first
+  --new-tokens 256 --shard-size 32 --concurrency 64 --engine $ENGINE --dtype $DTYPE --seed 0 \
+  --card data/cards/smollm2-sharegpt-first
 $L data regenerate --target $TARGET --prompts data/prompts/sharegpt.jsonl --out data/regen-smollm2/sharegpt-fixed.safetensors \
   --num-sequences 10932 --max-prompt-tokens 256 --new-tokens 256 --shard-size 256 --engine fixed --seed 0 \
   --card data/cards/smollm2-sharegpt-fixed
 $L data regenerate --target $TARGET --prompts data/prompts/sharegpt-turns.jsonl \
   --out data/regen-smollm2/sharegpt-turns.safetensors --num-sequences 24708 --max-prompt-tokens 768 \
-  --new-tokens 256 --shard-size 32 --concurrency 32 --engine $ENGINE --seed 0 --card data/cards/smollm2-sharegpt-turns
+  --new-tokens 256 --shard-size 32 --concurrency 64 --engine $ENGINE --dtype $DTYPE --seed 0 \
+  --card data/cards/smollm2-sharegpt-turns
 fi
 if [[ $STAGES == *data* ]]; then
 # The shipped drafters' data: the first SEQS prompts (shards shared with the first-turn stage above).

@@ -146,7 +146,9 @@ class VllmAnswerer:
         if not python.exists():
             raise FileNotFoundError(f"{python}: vLLM's venv is missing (run `make compat` once to build it)")
         self.cmd = [str(python), "-m", "lilicorr.training.vllm_worker", "--model", target_dir, "--dtype", dtype]
+        # answers stream out per generate call of `chunk` jobs: 8 waves of the batch amortise each call's drain
         self.cmd += ["--max-num-seqs", str(concurrency), "--max-model-len", str(context)]
+        self.cmd += ["--chunk", str(8 * concurrency)]
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "4")}
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         assert self.proc.stdout is not None
