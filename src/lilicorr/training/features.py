@@ -115,7 +115,7 @@ def extraction_report(folder: str | Path) -> dict:
     log_path = folder / "extraction.json"
     log = json.loads(log_path.read_text()) if log_path.exists() else {}  # shard name -> its entry
     disk = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
-    secs, pos = sum(e["seconds"] for e in log), sum(e["positions"] for e in log)
+    secs, pos = sum(e["seconds"] for e in log.values()), sum(e["positions"] for e in log.values())
     return {"disk_bytes": disk, "positions_per_s": round(pos / secs, 1) if secs else None, "timed_shards": len(log)}
 
 
