@@ -62,7 +62,7 @@ def data_card(cfg: dict, manifest: dict, command: str, total_rows: int, merged: 
         f"| answers | at most {cfg['new_tokens']} tokens; {eos} of {rows} rows end at EOS |",
         f"| answer tokens | {tokens} (mean {tokens / max(rows, 1):.1f} per row) |",
         f"| row layout | {layout['length']} tokens, right-padded; `loss_mask` on answer tokens only |",
-        f"| shards | {len(shards)} of {cfg['shard_size']} rows, each with its sha256 in `manifest.json` |",
+        f"| shards | {len(shards)} shards of {cfg['shard_size']} rows, each with its sha256 in `manifest.json` |",
         "",
         "| engine | shards | rows | answer tokens | wall time (answering) | tokens/s |",
         "|---|---|---|---|---|---|",
