@@ -57,7 +57,10 @@ class LlamaServer:
         ctx_size: int = 4096,
         parallel: int = 1,
         log: str | Path | None = None,
+        spec_type: str | None = None,
     ):
+        """``draft``: a DFlash drafter GGUF (``--spec-type draft-dflash``); ``spec_type`` without a draft: one of
+        llama.cpp's model-free speculations (e.g. ``ngram-simple``)."""
         if not Path(binary).exists():
             raise FileNotFoundError(f"{binary}: llama-server is not built (run `make llamacpp`)")
         for f in (model, draft):
@@ -72,6 +75,8 @@ class LlamaServer:
         if draft is not None:
             self.cmd += ["--spec-type", "draft-dflash", "--spec-draft-model", str(draft)]
             self.cmd += ["--spec-draft-n-max", str(draft_tokens), "--spec-draft-n-min", "0"]
+        elif spec_type is not None:
+            self.cmd += ["--spec-type", spec_type]
         self.log = Path(log) if log else Path(f"runs/llama-server-{self.port}.log")
         self.proc: subprocess.Popen | None = None
 
