@@ -276,3 +276,15 @@ def test_generate_with_draft_alone_runs_the_default_configuration(tiny_target_di
     assert rec["method"] == FASTEST["lilicorr"][0] and rec["ar_identical"] is True
     assert main([*args, "--max-new-tokens", "4", "--json", "--num-speculative-tokens", "2"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[0])["method"] == "lilicorr"
+
+
+def test_data_regenerate_bad_input_is_a_named_error(tiny_target_dir, tmp_path, capsys):
+    """No traceback and no output file: the message names the missing field or file."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"messages": [{"role": "user", "content": "say hi"}]}\n')
+    out = tmp_path / "d.safetensors"
+    base = ["data", "regenerate", "--target", str(tiny_target_dir), "--out", str(out), "--num-sequences", "1"]
+    assert main([*base, "--prompts", str(prompts), "--engine", "fixed"]) == 2
+    assert "'answer'" in capsys.readouterr().err and not out.exists()
+    assert main([*base, "--prompts", str(tmp_path / "missing.jsonl"), "--engine", "native"]) == 2
+    assert "missing.jsonl" in capsys.readouterr().err and not out.exists()

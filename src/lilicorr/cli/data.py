@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from lilicorr.cli.common import add_runtime_args
@@ -32,7 +33,11 @@ def _regenerate(args: argparse.Namespace) -> int:
     cfg = from_args(RegenConfig, args)
     if cfg.prompts is None:  # corpus windows: the corpus is built on first use, as for bench
         cfg = dataclasses.replace(cfg, corpus=str(ensure_corpus(Path(cfg.corpus))))
-    print(json.dumps(regenerate(cfg), indent=2))
+    try:
+        print(json.dumps(regenerate(cfg), indent=2))
+    except (FileNotFoundError, ValueError, RuntimeError) as e:  # whole shards written so far are kept
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
