@@ -4,7 +4,8 @@ acceptance, each injected to show that this test catches it.
 The engine drafts (a random drafter, fp32) while decoding a prompt; a spy records each draft's logits and
 the position of its anchor. The training code's block pass over the finished sequence, with all those
 anchors at once, must give the same logits (same target taps, positions, mask token, LM head, and no block
-seeing another), and its labels must be the tokens that follow each anchor.
+seeing another), and its labels must be the tokens that follow each anchor. Then a learning test that can
+fail: a drafter must learn a simple rule in seconds, and must not when trained with a known bug.
 """
 
 from __future__ import annotations
@@ -120,3 +121,93 @@ def test_each_known_bug_breaks_parity(drafted, bug, monkeypatch):
         monkeypatch.setattr(type(target), "lm_head", property(lambda self: random))
     with pytest.raises(AssertionError):
         _parity(drafted)
+
+
+# -- a learning test that can fail ---------------------------------------------------------------------
+# A rule the drafter can learn in seconds: every next token is a fixed permutation of the current one (16
+# tokens of tiny-s's vocabulary), so slot k of an anchor a must predict perm^k(a). Judged by the rule itself,
+# not by the training code's labels, so a trainer that learns the wrong thing fails here.
+RULE_TOKENS, RULE_BASE = 16, 300
+
+
+def _rule_data(path: Path) -> torch.Tensor:
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(0)
+    perm = torch.randperm(RULE_TOKENS, generator=g)
+    rows = []
+    for _ in range(256):
+        t = [int(torch.randint(RULE_TOKENS, (1,), generator=g))]
+        while len(t) < 40:
+            t.append(int(perm[t[-1]]))
+        rows.append([RULE_BASE + x for x in t])
+    tokens = torch.tensor(rows, dtype=torch.int32)
+    mask = torch.ones_like(tokens, dtype=torch.bool)
+    mask[:, 0] = False
+    save_file({"tokens": tokens, "loss_mask": mask, "sampled": torch.zeros(len(rows), dtype=torch.bool)}, str(path))
+    return perm
+
+
+def _rule_config(tmp_path: Path) -> DraftTrainConfig:
+    return DraftTrainConfig(target=str(TARGET), data=str(tmp_path / "rule.safetensors"), out=str(tmp_path / "d"),
+                            mode="dflash", run_dir=str(tmp_path / "run"), num_layers=1, block_size=BLOCK, steps=150,
+                            batch_size=8, anchors=8, lr=3e-3, val_sequences=32, val_every=1000,
+                            checkpoint_minutes=100, bf16=False, threads=1, seed=0)  # fmt: skip
+
+
+def _train_rule(tmp_path: Path) -> torch.Tensor:
+    """Train a DFlash drafter on the rule (150 steps, seconds); returns the rule."""
+    from lilicorr.training.draft import train_draft
+
+    perm = _rule_data(tmp_path / "rule.safetensors")
+    train_draft(_rule_config(tmp_path))
+    return perm
+
+
+def _rule_accuracy(tmp_path: Path, perm: torch.Tensor) -> float:
+    """The share of the trained drafter's slots that follow the rule (the inference path's LM head and
+    inputs; the training code's labels play no part)."""
+    from lilicorr.checkpoint import load_draft
+
+    target = TargetRuntime.load(TARGET)
+    model = load_draft(tmp_path / "d", target.model.config).eval()
+    tokens = torch.tensor([[RULE_BASE + int(x) for x in _orbit(perm, start, 40)] for start in range(RULE_TOKENS)])
+    anchors = torch.arange(1, 36, 5).expand(len(tokens), -1)  # [rows, 7]
+    with torch.no_grad():
+        bp = DraftStep(_rule_config(tmp_path), target, model).block_pass(
+            tokens, anchors, torch.ones_like(anchors, dtype=torch.bool)
+        )
+    pred = bp.logits.argmax(-1) - RULE_BASE  # [blocks, S]
+    first = torch.gather(tokens, 1, anchors).flatten() - RULE_BASE
+    want = torch.stack([_power(perm, first, k) for k in range(1, BLOCK)], 1)
+    return float((pred == want).float().mean())
+
+
+def _orbit(perm: torch.Tensor, start: int, n: int) -> list[int]:
+    out = [start]
+    while len(out) < n:
+        out.append(int(perm[out[-1]]))
+    return out
+
+
+def _power(perm: torch.Tensor, x: torch.Tensor, k: int) -> torch.Tensor:
+    for _ in range(k):
+        x = perm[x]
+    return x
+
+
+def test_drafter_learns_a_rule_in_seconds(tmp_path):
+    assert _rule_accuracy(tmp_path, _train_rule(tmp_path)) >= 0.95
+
+
+@pytest.mark.parametrize("bug", ["labels off by one", "LM head left random"])
+def test_the_rule_is_not_learned_with_a_known_bug(tmp_path, bug, monkeypatch):
+    with monkeypatch.context() as m:
+        if bug == "labels off by one":
+            m.setattr(draft_mod, "block_labels", _labels_off_by_one)
+        else:
+            head = TargetRuntime.load(TARGET).lm_head
+            random = torch.nn.Linear(head.in_features, head.out_features, bias=False)
+            m.setattr(TargetRuntime, "lm_head", property(lambda self: random))
+        perm = _train_rule(tmp_path)  # trained under the bug ...
+    assert _rule_accuracy(tmp_path, perm) < 0.5  # ... judged without it
