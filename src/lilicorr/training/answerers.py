@@ -96,14 +96,18 @@ class LlamaCppAnswerer:
 
     name = "llamacpp"
 
-    def __init__(self, gguf: str, threads: int, concurrency: int, context: int, eos: frozenset[int]):
+    def __init__(self, server, concurrency: int, eos: frozenset[int]):
+        """``server``: a started ``LlamaServer`` (``complete_ids``, closed by ``close``) with ``concurrency`` slots."""
+        self.server, self.concurrency, self.eos = server, concurrency, eos
+
+    @classmethod
+    def start(cls, gguf: str, threads: int, concurrency: int, context: int, eos: frozenset[int]) -> LlamaCppAnswerer:
         from lilicorr.runtime.llama_server import LlamaServer
 
-        self.server = LlamaServer(
+        server = LlamaServer(
             gguf, threads=threads, parallel=concurrency, ctx_size=concurrency * context, log="runs/llama-regen.log"
         )
-        self.server.__enter__()
-        self.concurrency, self.eos = concurrency, eos
+        return cls(server.__enter__(), concurrency, eos)
 
     def _one(self, job: Job) -> list[int]:
         res = self.server.complete_ids(job.prompt_ids, job.max_tokens, job.temperature, job.seed)
@@ -211,7 +215,7 @@ def make_answerer(engine: str, cfg, eos: frozenset[int]):
         return NativeAnswerer(cfg.target, cfg.dtype, cfg.device, cfg.concurrency, eos)
     if engine == "llamacpp":
         gguf = cfg.gguf or str(Path(cfg.target).with_suffix(".gguf"))
-        return LlamaCppAnswerer(gguf, cfg.threads, cfg.concurrency, cfg.max_prompt_tokens + cfg.new_tokens, eos)
+        return LlamaCppAnswerer.start(gguf, cfg.threads, cfg.concurrency, cfg.max_prompt_tokens + cfg.new_tokens, eos)
     if engine == "vllm":
         return VllmAnswerer(cfg.target, cfg.dtype, cfg.concurrency, cfg.max_prompt_tokens + cfg.new_tokens)
     if engine == "fixed":

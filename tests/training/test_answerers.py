@@ -1,0 +1,86 @@
+"""The engine adapters of ``data regenerate`` without their engines (the real ones run in ``make
+llamacpp-check`` and ``make compat``): llama-server's answers (EOS it leaves out, order of completion) and
+the vLLM worker protocol (READY, jobs on stdin, one JSON line per answer, a dying worker named)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from lilicorr.training.answerers import Job, LlamaCppAnswerer, VllmAnswerer
+
+EOS = frozenset({2})
+
+
+def _jobs(n: int, max_tokens: int = 4) -> list[Job]:
+    return [Job(i, [10 + i, 11 + i], float(i % 2), i, max_tokens) for i in range(n)]
+
+
+class FakeLlamaServer:
+    """``complete_ids`` like llama-server: generated ids without the end-of-generation token; later jobs
+    may finish first."""
+
+    def __init__(self):
+        self.closed = False
+
+    def complete_ids(self, prompt_ids, max_tokens, temperature, seed):
+        time.sleep(0.01 * (prompt_ids[0] % 3))
+        if prompt_ids[0] % 2:  # odd prompts end at EOS after two tokens (EOS not returned)
+            return {"tokens": [7, 8], "stop_type": "eos"}
+        return {"tokens": list(range(max_tokens)), "stop_type": "limit"}
+
+    def __exit__(self, *exc):
+        self.closed = True
+
+
+def test_llamacpp_answers_every_job_once_with_eos_restored():
+    server = FakeLlamaServer()
+    answerer = LlamaCppAnswerer(server, concurrency=3, eos=EOS)
+    got = dict((job.index, ids) for job, ids in answerer.answer(_jobs(10)))
+    answerer.close()
+    assert sorted(got) == list(range(10)) and server.closed
+    for i, ids in got.items():
+        assert ids == ([7, 8, 2] if (10 + i) % 2 else [0, 1, 2, 3])  # a full-length answer gets no EOS
+
+
+FAKE_WORKER = """
+import json, sys
+print("some vLLM log line", flush=True)
+print("READY", flush=True)
+jobs = [json.loads(x) for x in sys.stdin if x.strip()]
+for j in jobs:
+    if j["prompt_ids"][0] == 99:
+        sys.exit(3)
+    print(json.dumps({"index": j["index"], "ids": j["prompt_ids"][::-1][: j["max_tokens"]]}), flush=True)
+"""
+
+
+@pytest.fixture
+def fake_python(tmp_path):
+    """An 'interpreter' that runs the fake worker whatever module it is asked for."""
+    worker = tmp_path / "worker.py"
+    worker.write_text(FAKE_WORKER)
+    exe = tmp_path / "python"
+    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {worker}\n")
+    exe.chmod(0o755)
+    return exe
+
+
+def test_vllm_worker_protocol(fake_python):
+    answerer = VllmAnswerer("unused-target", "float32", 4, 64, python=fake_python)
+    got = {job.index: ids for job, ids in answerer.answer(_jobs(5))}
+    assert got == {i: [11 + i, 10 + i] for i in range(5)}
+
+
+def test_vllm_worker_that_dies_is_a_named_error(fake_python):
+    answerer = VllmAnswerer("unused-target", "float32", 4, 64, python=fake_python)
+    jobs = _jobs(2) + [Job(2, [99, 1], 0.0, 2, 4)]
+    with pytest.raises(RuntimeError, match="vLLM worker exited with 3"):
+        list(answerer.answer(jobs))
+
+
+def test_vllm_without_its_venv_names_the_fix(tmp_path):
+    with pytest.raises(FileNotFoundError, match="make compat"):
+        VllmAnswerer("t", "float32", 4, 64, python=tmp_path / "nope" / "python")
