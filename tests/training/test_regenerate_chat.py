@@ -117,6 +117,12 @@ def test_fixed_engine_stores_the_rows_own_answers(tiny_target_dir, tmp_path):
         assert data["tokens"][i, len(ids) : n].tolist() == answer
         assert data["loss_mask"][i].nonzero().flatten().tolist() == list(range(len(ids), n))
     assert meta["engines"] == ["fixed"]
+    # rows without an answer (a conversation's last turn) are left out of fixed data, not an error
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(prompts.read_text() + json.dumps({"messages": [{"role": "user", "content": "no reply"}]}) + "\n")
+    cfg_mixed = RegenConfig(target=str(tiny_target_dir), out=str(tmp_path / "m.safetensors"), num_sequences=9,
+                            new_tokens=6, prompts=str(mixed), max_prompt_tokens=64, engine="fixed")  # fmt: skip
+    assert regenerate(cfg_mixed)["sequences"] == 5
     # a prompts file without answers cannot feed the fixed engine: the error names the field
     _, bare = _chat_prompts(tmp_path / "bare", 2) if (tmp_path / "bare").mkdir() is None else (None, None)
     cfg = RegenConfig(target=str(tiny_target_dir), out=str(tmp_path / "f2.safetensors"), num_sequences=2,

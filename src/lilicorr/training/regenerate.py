@@ -68,21 +68,26 @@ class RegenConfig:
 
 def _chat_rows(cfg: RegenConfig, tokenizer, eos: frozenset[int]) -> list[tuple[list[int], list[int] | None]]:
     """(templated prompt, reference answer or None) of the JSONL rows in file order, skipping prompts
-    over ``max_prompt_tokens``. The reference is the row's ``answer`` text + EOS, for engine ``fixed``."""
+    over ``max_prompt_tokens``. The reference is the row's ``answer`` text + EOS, for engine ``fixed``,
+    which skips the rows that have none (a conversation's last turn) and names the field if none has one."""
     from lilicorr.data.chat import row_ids
     from lilicorr.data.prompt_sets import read_prompt_rows
 
+    fixed = cfg.engine == "fixed"
     out = []
     for row in read_prompt_rows(Path(cfg.prompts)):
+        has_answer = isinstance(row.get("answer"), str)
+        if fixed and not has_answer:
+            continue
         ids = row_ids(tokenizer, row, chat=True)
         if len(ids) > cfg.max_prompt_tokens:
             continue
-        ref = None
-        if isinstance(row.get("answer"), str):
-            ref = tokenizer.encode(row["answer"], add_special_tokens=False) + [min(eos)]
+        ref = tokenizer.encode(row["answer"], add_special_tokens=False) + [min(eos)] if has_answer else None
         out.append((ids, ref))
         if len(out) >= cfg.num_sequences:
             break
+    if fixed and not out:
+        raise ValueError(f"{cfg.prompts}: no row has an 'answer' field (engine 'fixed' trains on the rows' answers)")
     return out
 
 
