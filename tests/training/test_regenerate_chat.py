@@ -116,7 +116,8 @@ def test_fixed_engine_stores_the_rows_own_answers(tiny_target_dir, tmp_path):
         n = len(ids) + len(answer)
         assert data["tokens"][i, len(ids) : n].tolist() == answer
         assert data["loss_mask"][i].nonzero().flatten().tolist() == list(range(len(ids), n))
-    assert meta["engines"] == ["fixed"]
+    assert meta["engines"] == ["fixed"] and not data["sampled"].any()  # nothing was sampled
+    assert "| sampling | none: the rows' own answers" in (tmp_path / "fixed.DATA_CARD.md").read_text()
     # rows without an answer (a conversation's last turn) are left out of fixed data, not an error
     mixed = tmp_path / "mixed.jsonl"
     mixed.write_text(prompts.read_text() + json.dumps({"messages": [{"role": "user", "content": "no reply"}]}) + "\n")

@@ -45,6 +45,12 @@ def data_card(cfg: dict, manifest: dict, command: str, total_rows: int, merged: 
         else f"**in progress**: {rows} of {total_rows} rows answered; rerun the command to continue"
     )
     prompts = f"`{cfg['prompts']}` (sha256 {_sha(Path(cfg['prompts']))})" if cfg["prompts"] else "corpus windows"
+    sampling = (
+        "none: the rows' own answers (engine fixed)"
+        if cfg["engine"] == "fixed"
+        else f"every row's temperature from its index: {sampled} rows at T=1 (plain sampling, seeded per row "
+        f"except on vllm), {rows - sampled} greedy"
+    )
     layout = manifest["layout"]
     lines = [
         f"# Data card: `{Path(cfg['out']).name}`",
@@ -57,8 +63,7 @@ def data_card(cfg: dict, manifest: dict, command: str, total_rows: int, merged: 
         f"| command | `{command}` |",
         f"| target | `{cfg['target']}` |",
         f"| prompts | {prompts}, file order; prompts over {cfg['max_prompt_tokens']} templated tokens skipped |",
-        f"| sampling | every row's temperature from its index: {sampled} rows at T=1 (plain sampling, seeded per row "
-        f"except on vllm), {rows - sampled} greedy |",
+        f"| sampling | {sampling} |",
         f"| answers | at most {cfg['new_tokens']} tokens; {eos} of {rows} rows end at EOS |",
         f"| answer tokens | {tokens} (mean {tokens / max(rows, 1):.1f} per row) |",
         f"| row layout | {layout['length']} tokens, right-padded; `loss_mask` on answer tokens only |",
@@ -68,7 +73,7 @@ def data_card(cfg: dict, manifest: dict, command: str, total_rows: int, merged: 
         "|---|---|---|---|---|---|",
     ]
     for name, e in sorted(_by_engine(shards).items()):
-        rate = f"{e['tokens'] / e['seconds']:.0f}" if e["seconds"] else "—"
+        rate = f"{e['tokens'] / e['seconds']:.0f}" if e["seconds"] and not name.startswith("fixed") else "—"
         lines.append(f"| {name} | {e['shards']} | {e['rows']} | {e['tokens']} | {e['seconds'] / 60:.1f} min | {rate} |")
     lines += [
         "",

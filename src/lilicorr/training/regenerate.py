@@ -121,7 +121,7 @@ def _jobs(cfg: RegenConfig, rows) -> list[Job]:
         Job(
             index=i,
             prompt_ids=ids,
-            temperature=1.0 if is_sampled(i, cfg.sampled_fraction) else 0.0,
+            temperature=1.0 if is_sampled(i, cfg.sampled_fraction) and cfg.engine != "fixed" else 0.0,
             seed=cfg.seed * 1_000_003 + i,
             max_tokens=cfg.new_tokens,
             reference=ref,
