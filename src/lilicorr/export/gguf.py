@@ -103,12 +103,3 @@ def export_gguf(draft_dir: str | Path, target_dir: str | Path, out: str | Path, 
         "head_dropped": dropped,
         "note": "llama.cpp runs the DFlash backbone; it has no LiLiCorr head" if dropped else "",
     }
-
-
-def target_gguf(target_dir: str | Path, out: str | Path, outtype: str = "f32") -> dict:
-    """A target folder as a llama.cpp GGUF (e.g. the dequantized SmolLM2 in f32: the very weights the native
-    engine runs, for ``data regenerate --engine llamacpp``); reused when ``out`` exists."""
-    target_dir, out = Path(target_dir), Path(out)
-    if not out.exists():
-        _convert(target_dir, out, outtype, [])
-    return {"gguf": str(out), "bytes": out.stat().st_size, "outtype": outtype}
