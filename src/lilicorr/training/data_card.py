@@ -9,6 +9,7 @@ hashes, and the wall time the shards took.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 
@@ -16,7 +17,16 @@ from lilicorr.data.atomic import atomic_write_text
 
 
 def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "(missing)"
+    """The prompts file's sha256, hashed once per version of the file (the card is rewritten every shard)."""
+    if not path.exists():
+        return "(missing)"
+    st = path.stat()
+    return _sha_of(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _sha_of(path: str, mtime_ns: int, size: int) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def _by_engine(shards: dict) -> dict[str, dict]:
