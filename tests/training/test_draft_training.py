@@ -413,3 +413,37 @@ def test_learning_curves_log_positions_and_plot(tiny_target_dir, regen_data, tmp
     assert main(["report", "--curves", str(tmp_path / "a-run"), str(tmp_path / "b-run"), "--out", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["report", "--curves", str(tmp_path / "missing"), "--out", str(png)]) == 2
+
+
+def test_training_vocabulary_is_a_column_subset_of_the_full_logits(tiny_target_dir, regen_data):
+    """``--train-vocab``: while training, logits are the full logits' columns at the frequent tokens + the
+    batch's labels, and labels index that subset; in eval (validation) the full vocabulary comes back."""
+    from lilicorr.runtime.runtime import TargetRuntime
+    from lilicorr.training.draft import frequent_tokens
+    from lilicorr.training.regenerate import load_regenerated
+
+    cfg = _cfg(tiny_target_dir, regen_data, "unused", "lilicorr", train_vocab=16)
+    target = TargetRuntime.load(tiny_target_dir)
+    model = build_model(cfg, target)
+    step = DraftStep(cfg, target, model)
+    data = load_regenerated(regen_data)
+    tokens, mask = data["tokens"][:4].long(), data["loss_mask"][:4].bool()
+    step.frequent = frequent_tokens(tokens, mask, 16, model.cfg.vocab_size)
+    anchors, valid = sample_anchors(mask, 4, cfg.block_size, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model.eval()
+        full = step.block_pass(tokens, anchors, valid)
+        model.train()
+        sub = step.block_pass(tokens, anchors, valid)
+    assert full.vocab is None and full.logits.shape[-1] == model.cfg.vocab_size
+    assert sub.vocab is not None and len(sub.vocab) < model.cfg.vocab_size
+    assert set(step.frequent.tolist()) <= set(sub.vocab.tolist())
+    assert torch.equal(sub.token_ids(sub.labels), full.labels)
+    torch.testing.assert_close(sub.logits, full.logits[..., sub.vocab])
+    # the LiLiCorr objective reads the same subset: a whole step runs and gives a finite loss
+    assert torch.isfinite(combine_losses(step(tokens, mask, anchors, valid), cfg))
+
+
+def test_training_vocabulary_is_refused_for_arms():
+    with pytest.raises(ValueError, match="train-vocab"):
+        DraftTrainConfig(target="t", data="d", out="o", mode="dspark", train_vocab=64).validate()

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 
 from lilicorr.checkpoint import save_draft
 from lilicorr.models.backbone import training_block_mask
@@ -50,6 +51,15 @@ class DraftStep:
         self.cfg, self.target, self.model, self.arm = cfg, target, model, arm
         self.block = model.cfg.block_size
         self.objectives: list[Objective] = get_mode(cfg.mode).objectives(cfg.freeze_backbone, arm)
+        self.frequent: torch.Tensor | None = None  # [N] token ids always in the training vocabulary
+
+    def training_vocab(self, labels: torch.Tensor) -> torch.Tensor | None:
+        """Sorted token ids the logits are computed over while training: the ``train_vocab`` most frequent
+        answer tokens plus every label of this batch, so each CE is exact over that set. ``None``: the
+        full vocabulary (validation always, so curves measure what the engine drafts)."""
+        if self.frequent is None or not self.model.training:
+            return None
+        return torch.unique(torch.cat([self.frequent.to(labels.device), labels.flatten()]))  # sorted
 
     def block_pass(self, tokens: torch.Tensor, anchors: torch.Tensor, valid: torch.Tensor, feats=None) -> BlockPass:
         """The drafted blocks ``[anchor, MASK × (B−1)]`` at every anchor, in one non-causal pass."""
@@ -77,9 +87,14 @@ class DraftStep:
             bpos = (anchors[..., None] + torch.arange(blk, device=dev)).flatten(1)
             hidden = model(emb, bpos, kv, training_block_mask(anchors, t, blk), blk).view(b, n, blk, -1)
             ph = hidden[:, :, 1:]  # [b, n, S, H] pass hidden (after norm)
-            logits = target.lm_head(ph)  # [b, n, S, V]
-        labels = block_labels(tokens, anchors, blk).flatten(0, 1)  # [M, S]
-        return BlockPass(ph, logits.flatten(0, 1), ctx, final, labels, valid.flatten(), tokens, anchors, blk)
+            labels = block_labels(tokens, anchors, blk).flatten(0, 1)  # [M, S] token ids
+            vocab = self.training_vocab(labels)
+            if vocab is None:
+                logits = target.lm_head(ph)  # [b, n, S, V]
+            else:  # the LM head's rows of the training vocabulary only: [b, n, S, V']
+                logits = F.linear(ph, target.lm_head.weight[vocab])
+                labels = torch.searchsorted(vocab, labels)  # ids -> positions in ``vocab``
+        return BlockPass(ph, logits.flatten(0, 1), ctx, final, labels, valid.flatten(), tokens, anchors, blk, vocab)
 
     def __call__(
         self,
@@ -99,6 +114,12 @@ class DraftStep:
         if want_metrics:
             res.update({f"m_{k}": v for k, v in block_metrics(bp.logits, bp.labels, bp.valid, ids, walk_ids).items()})
         return res
+
+
+def frequent_tokens(tokens: torch.Tensor, mask: torch.Tensor, n: int, vocab_size: int) -> torch.Tensor:
+    """The ``n`` most frequent supervised tokens of the training rows, as token ids ``[n]``."""
+    counts = torch.bincount(tokens[mask].flatten(), minlength=vocab_size)
+    return torch.topk(counts, min(n, vocab_size)).indices.sort().values
 
 
 def _param_groups(trainable: torch.nn.ModuleDict) -> list[list[torch.nn.Parameter]]:
@@ -148,12 +169,13 @@ class Batches:
 
     def __init__(self, cfg: DraftTrainConfig, layer_ids: list[int], device: str):
         data = load_regenerated(cfg.data)
-        self.tokens, self.mask = data["tokens"].long(), data["loss_mask"].bool()
+        rows = slice(0, cfg.max_sequences or None)
+        self.tokens, self.mask = data["tokens"][rows].long(), data["loss_mask"][rows].bool()
         self.store = None
         if cfg.features:
             from lilicorr.training.features import FeatureStore
 
-            self.store = FeatureStore(cfg.features, data["tokens"], layer_ids)
+            self.store = FeatureStore(cfg.features, data["tokens"], layer_ids, cfg.max_sequences)
             self.tokens, self.mask = self.tokens[:, : self.store.length], self.mask[:, : self.store.length]
         self.device = device
 
@@ -195,7 +217,7 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
         device = f"cuda:{local}"
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
-    torch.set_num_threads(cfg.threads)
+    torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // world))
     if cfg.batch_size % world:
         raise ValueError(f"batch_size {cfg.batch_size} must be divisible by the number of processes {world}")
     run_dir = Path(cfg.run_dir or f"runs/{Path(cfg.out).name}")
@@ -232,6 +254,8 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
         {"event": "start", "config": asdict(cfg), "world": world, "params": sum(p.numel() for p in model.parameters())}
     )
     step_fn = DraftStep(cfg, target, model, arm)
+    if cfg.train_vocab:
+        step_fn.frequent = frequent_tokens(batches.tokens[n_val:], train_mask, cfg.train_vocab, model.cfg.vocab_size)
     clip_groups = [g for g in ([p for p in grp if p.requires_grad] for grp in _param_groups(trainable)) if g]
     per_rank = cfg.batch_size // world
     trainable.train()
@@ -272,6 +296,7 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
         "wall_time_s": round(state["elapsed_s"], 1),
         "final_val": run.last_val,
         "world": world,
+        "threads": torch.get_num_threads(),
         "config": asdict(cfg),
     }
     if rank == 0:

@@ -125,7 +125,7 @@ def write_draft_card(
         f"{'bf16 autocast' if tc.get('bf16', True) else 'fp32'}; DFlash γ {tc['gamma']} |",
         f"| head loss weights | {tc['head_weights']}; head-loss gradient into the backbone × "
         f"{tc.get('head_grad_to_backbone', 1.0):g} |",
-        f"| wall time | {summary['wall_time_s'] / 60:.1f} min, {tc['threads']} thread(s), "
+        f"| wall time | {summary['wall_time_s'] / 60:.1f} min, {summary.get('threads', tc['threads'])} thread(s), "
         f"{summary['world']} process(es) |",
         "",
         "Validation (held-out regenerated sequences, random anchors):",

@@ -74,8 +74,13 @@ class DraftTrainConfig:
     val_sequences: int = option(64, "held-out sequences for validation")
     val_every: int = option(200, "validate every N steps")
     checkpoint_minutes: float = option(4.0, "resumable checkpoint every N minutes")
-    threads: int = option(1, "torch threads per process")
+    threads: int = option(0, "torch threads per process (0: the cores, divided among torchrun processes)")
+    # Training-time candidate vocabulary: the LM head + CE over the N most frequent answer tokens (plus
+    # each batch's labels) instead of all V — the drafter step's dominant cost. Validation and the
+    # shipped checkpoint keep the full vocabulary, so vLLM / SGLang load it unchanged.
+    train_vocab: int = option(0, "logits over the N most frequent answer tokens + the batch's labels (0: all)")
     bf16: bool = option(True, "no bf16 autocast (faster on CPUs without AMX/AVX512-bf16)", flag="--fp32", invert=True)
+    max_sequences: int = option(0, "train on the first N sequences of --data (0: all; a cache needs only their shards)")
     features: str | None = option(None, "target feature cache from `lilicorr data features` (default: online)")
     mask_token: str = option("", "DFlash mask token (default: <|mask|>, else <empty_output>)")
     device: str = option("auto", "auto: CUDA when available (NCCL under torchrun), else CPU", choices=DEVICES)
@@ -91,6 +96,8 @@ class DraftTrainConfig:
         mode = get_mode(self.mode)
         if self.freeze_backbone and not mode.freezable:
             raise ValueError(f"--freeze-backbone is for the comparison arms (mode {self.mode!r}; use --mode head)")
+        if self.train_vocab and mode.arm is not None:
+            raise ValueError(f"--train-vocab is for dflash / lilicorr / head (mode {self.mode!r} reads full logits)")
         if self.backbone_frozen and not self.init:
             raise ValueError(f"mode {self.mode!r} on a frozen backbone needs that backbone: pass --init DRAFT_DIR")
 

@@ -42,7 +42,7 @@ def supervised_length(loss_mask: torch.Tensor) -> int:
 @torch.no_grad()
 def target_features(model, tokens: torch.Tensor, layer_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """One frozen forward: taps ``[b, t, F·H]`` and final-normed hidden ``[b, t, H]``."""
-    out = model(input_ids=tokens, output_hidden_states=True)
+    out = model(input_ids=tokens, output_hidden_states=True, logits_to_keep=1)  # no [b, t, V] logits
     taps = torch.cat([out.hidden_states[i + 1] for i in layer_ids], -1)
     return taps, out.hidden_states[-1]
 
@@ -122,7 +122,15 @@ def extraction_report(folder: str | Path) -> dict:
 class FeatureStore:
     """Random access to cached features by sequence index (memory-mapped shards)."""
 
-    def __init__(self, path: str | Path, tokens: torch.Tensor | None = None, layer_ids: list[int] | None = None):
+    def __init__(
+        self,
+        path: str | Path,
+        tokens: torch.Tensor | None = None,
+        layer_ids: list[int] | None = None,
+        sequences: int = 0,
+    ):
+        """``sequences``: only the first N rows are read, so only their shards must exist (train on the part
+        of a cache that is extracted while the rest is still being made)."""
         self.path = Path(path)
         meta_path = self.path / "meta.json"
         if not meta_path.exists():
@@ -136,7 +144,8 @@ class FeatureStore:
             )
         self.length = int(self.meta["length"])
         self.shard_size = int(self.meta["shard_size"])
-        n_shards = (self.meta["sequences"] + self.shard_size - 1) // self.shard_size
+        wanted = min(sequences, self.meta["sequences"]) if sequences else self.meta["sequences"]
+        n_shards = (wanted + self.shard_size - 1) // self.shard_size
         missing = [i for i in range(n_shards) if not (self.path / f"{i:05d}.safetensors").exists()]
         if missing:
             raise ValueError(f"{self.path}: shards {missing[:5]} missing (extraction unfinished; rerun it to resume)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from lilicorr.decoding.walk import walk_greedy
 from lilicorr.training.losses import dflash_loss, head_loss
@@ -24,11 +25,21 @@ class BlockPass:
     logits: torch.Tensor  # [M, S, V] drafter logits, M = b·n blocks
     ctx: torch.Tensor  # [b, t, H] fused target context
     final: torch.Tensor  # [b, t, H] the target's final hidden state
-    labels: torch.Tensor  # [M, S] the tokens each slot should predict
+    labels: torch.Tensor  # [M, S] the tokens each slot should predict (indices into ``vocab`` when set)
     valid: torch.Tensor  # [M] bool: blocks that count
     tokens: torch.Tensor  # [b, t]
     anchors: torch.Tensor  # [b, n]
     block: int
+    vocab: torch.Tensor | None = None  # [V'] sorted token ids the logits' last axis covers; None: all
+
+    def token_ids(self, idx: torch.Tensor) -> torch.Tensor:
+        """Token ids of logit indices (the identity over the full vocabulary)."""
+        return idx if self.vocab is None else self.vocab[idx]
+
+    def lm_head(self, target, hidden: torch.Tensor) -> torch.Tensor:
+        """The target's LM head over the same vocabulary as ``logits``: ``[..., V or V']``."""
+        w = target.lm_head.weight
+        return target.lm_head(hidden.to(w.dtype)) if self.vocab is None else F.linear(hidden.to(w.dtype), w[self.vocab])
 
 
 class _ScaleGrad(torch.autograd.Function):
@@ -85,7 +96,7 @@ class LiLiCorrObjective(Objective):
             ids = torch.topk(bp.logits.detach(), model.cfg.lilicorr.candidate_topk, dim=-1).indices  # [M, S, K]
         lf = h_logits.float()
         lp = lf.gather(-1, ids) - torch.logsumexp(lf, -1, keepdim=True)  # live log-probs
-        emb_c = target.embed_tokens(ids).detach()
+        emb_c = target.embed_tokens(bp.token_ids(ids)).detach()
         rows = (bp.anchors - 1).clamp_min(0)[..., None].expand(b, n, bp.ctx.shape[-1])
         anchor_rows = torch.gather(h_ctx, 1, rows)
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.bf16):
@@ -97,7 +108,7 @@ class LiLiCorrObjective(Objective):
         # the target's logits only where the head loss reads them: lm_head(final hidden) = logits
         zf = torch.gather(bp.final, 1, zpos[..., None].expand(b, n * s, bp.final.shape[-1]))
         with torch.no_grad():
-            zt = target.lm_head(zf.to(target.lm_head.weight.dtype)).float().view(b * n, s, -1)
+            zt = bp.lm_head(target, zf).float().view(b * n, s, -1)
         head_sum, head_den = head_loss(scores, ids, bp.labels, zt, bp.valid, cfg.head_weights)
         out = {"head_sum": head_sum, "head_den": head_den, "lattice_ids": ids}
         if want_metrics:
