@@ -1,3 +1,4 @@
+import math
 import os
 import socket
 
@@ -447,3 +448,41 @@ def test_training_vocabulary_is_a_column_subset_of_the_full_logits(tiny_target_d
 def test_training_vocabulary_is_refused_for_arms():
     with pytest.raises(ValueError, match="train-vocab"):
         DraftTrainConfig(target="t", data="d", out="o", mode="dspark", train_vocab=64).validate()
+
+
+def test_time_budget_stops_the_run_validates_and_decays_the_lr(tiny_target_dir, regen_data, tmp_path):
+    """``--max-minutes``: the run stops on wall time, not steps, with a final validation, and the LR schedule
+    is spread over the budget (equal-wall-time comparisons of recipes)."""
+    import json
+
+    from lilicorr.training.draft_config import lr_at
+
+    cfg = _cfg(tiny_target_dir, regen_data, tmp_path / "d", "dflash", steps=10**6, max_minutes=0.1, val_every=10**6)
+    summary = train_draft(cfg)
+    assert 0 < summary["steps"] < 10**6 and summary["final_val"]["blocks"] > 0
+    assert 5 <= summary["wall_time_s"] < 30
+    records = [json.loads(x) for x in (tmp_path / "d-run" / "train.log").read_text().splitlines()]
+    lrs = [r["lr"] for r in records if "step" in r and "lr" in r]
+    assert max(lrs) > lrs[-1] >= 0
+    assert lr_at(0, cfg, 0.0) > 0 and lr_at(0, cfg, 6.0) == pytest.approx(0.0, abs=1e-12)
+    half = (0.5 - cfg.warmup_ratio) / (1 - cfg.warmup_ratio)  # 3 s of the 6 s budget, past the warm-up
+    assert lr_at(0, cfg, 3.0) == pytest.approx(cfg.lr * 0.5 * (1 + math.cos(math.pi * half)), rel=1e-6)
+
+
+def test_validation_reads_val_data_when_given(tiny_target_dir, regen_data, tmp_path):
+    """``--val-data``: held-out rows come from another file (fixed answers trained, validated on the target's
+    own answers); here a copy whose rows supervise nothing gives zero validation blocks."""
+    from safetensors.torch import save_file
+
+    from lilicorr.training.regenerate import load_regenerated
+
+    data = load_regenerated(regen_data)
+    empty = tmp_path / "unsupervised.safetensors"
+    save_file(
+        {**{k: v.contiguous() for k, v in data.items()}, "loss_mask": torch.zeros_like(data["loss_mask"])}, str(empty)
+    )
+    own = train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / "a", "dflash", steps=2))
+    other = train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / "b", "dflash", steps=2, val_data=str(empty)))
+    assert own["final_val"]["blocks"] > 0 and other["final_val"]["blocks"] == 0
+    with pytest.raises(ValueError, match="val-data"):
+        _cfg(tiny_target_dir, regen_data, tmp_path / "c", "dflash", val_features="x").validate()

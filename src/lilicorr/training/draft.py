@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict
+import time
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -31,7 +32,7 @@ from lilicorr.checkpoint import save_draft
 from lilicorr.models.backbone import training_block_mask
 from lilicorr.models.draft import DraftModel
 from lilicorr.runtime.runtime import TargetRuntime, resolve_device
-from lilicorr.training.draft_config import DraftTrainConfig, build_model, lr_at
+from lilicorr.training.draft_config import DraftTrainConfig, build_model, lr_at, progress
 from lilicorr.training.losses import (
     block_labels,
     block_metrics,
@@ -148,9 +149,9 @@ def combine_losses(res: dict[str, torch.Tensor], cfg: DraftTrainConfig) -> torch
 
 
 def summarize_metrics(sums: dict[str, torch.Tensor], block: int) -> dict:
-    blocks = float(sums["m_blocks"])
+    blocks = max(float(sums["m_blocks"]), 1.0)  # no valid block (nothing supervised): zeros, not a crash
     out = {
-        "blocks": int(blocks),
+        "blocks": int(sums["m_blocks"]),
         "slot_acc": [round(float(x) / blocks, 4) for x in sums["m_slot_acc"]],
         "top1_prefix": round(float(sums["m_top1_prefix"]) / blocks, 4),
         "tau_top1_estimate": round(1 + float(sums["m_top1_prefix"]) / blocks, 4),
@@ -187,6 +188,9 @@ class Batches:
         return self.tokens[idx].to(self.device), self.mask[idx], feats
 
 
+VAL_ANCHORS = 32  # blocks per held-out sequence, fixed so that runs with other --anchors validate alike
+
+
 @torch.no_grad()
 def validate(step_fn: DraftStep, batches: Batches, val_idx: torch.Tensor, cfg: DraftTrainConfig) -> dict:
     step_fn.model.eval()
@@ -194,14 +198,14 @@ def validate(step_fn: DraftStep, batches: Batches, val_idx: torch.Tensor, cfg: D
     sums: dict[str, torch.Tensor] = {}
     for i in range(0, len(val_idx), cfg.batch_size):
         tk, mk, feats = batches.get(val_idx[i : i + cfg.batch_size])
-        anchors, valid = sample_anchors(mk, cfg.anchors, step_fn.block, gen)
+        anchors, valid = sample_anchors(mk, VAL_ANCHORS, step_fn.block, gen)  # the same blocks for every recipe
         res = step_fn(tk, mk, anchors.to(tk.device), valid.to(tk.device), want_metrics=True, feats=feats)
         for k, v in res.items():
             sums[k] = sums.get(k, 0) + v.detach().cpu()
     step_fn.model.train()
     out = summarize_metrics(sums, step_fn.block)
     if "dflash_sum" in sums:
-        out["dflash_loss"] = round(float(sums["dflash_sum"] / sums["dflash_den"]), 4)
+        out["dflash_loss"] = round(float(sums["dflash_sum"] / sums["dflash_den"].clamp_min(1e-6)), 4)
     if "head_sum" in sums:
         out["head_loss"] = round(float(sums["head_sum"] / sums["head_den"].clamp_min(1)), 4)
     return out
@@ -232,7 +236,11 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
     batches = Batches(cfg, model.cfg.target_layer_ids, device)
     n_val = min(cfg.val_sequences, len(batches) // 5)
     val_idx = torch.arange(n_val)
-    train_mask = batches.mask[n_val:]
+    train_mask = batches.mask[n_val:]  # the first n_val rows (prompts) are held out, with or without --val-data
+    val_batches = batches
+    if cfg.val_data:  # e.g. fixed answers trained, validated on what the target itself says to the same prompts
+        val_cfg = replace(cfg, data=cfg.val_data, features=cfg.val_features, max_sequences=n_val)
+        val_batches = Batches(val_cfg, model.cfg.target_layer_ids, device)
     if cfg.backbone_frozen:
         for name, p in model.named_parameters():
             p.requires_grad_(name.startswith("lilicorr.") and mode.head)
@@ -261,7 +269,7 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
     trainable.train()
     while not run.done:
         for g in opt.param_groups:
-            g["lr"] = lr_at(run.step, cfg)
+            g["lr"] = lr_at(run.step, cfg, run.state["elapsed_s"])
         idx = torch.randint(len(train_mask), (cfg.batch_size,), generator=gen)  # global batch, same on every rank
         anchors, valid = sample_anchors(train_mask[idx], cfg.anchors, step_fn.block, gen)
         sl = slice(rank * per_rank, (rank + 1) * per_rank)
@@ -283,9 +291,17 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
         global_loss = float(_all_reduce(loss.detach()))
         # supervised positions so far (every valid block's slots, global batch): the x-axis of learning curves
         run.state["positions"] = run.state.get("positions", 0) + int(valid.sum()) * (step_fn.block - 1)
+        spent = torch.tensor(float(progress(run.step + 1, time.time() - run.t0, cfg) >= 1.0))
+        if float(_all_reduce(spent)) > 0:  # every rank stops at the same step
+            run.total_steps = run.step + 1  # the budget is spent: this step is the last (and is validated)
         run.finish_step(
-            {"loss": round(global_loss, 5), "gnorm": round(float(gnorm), 4), "positions": run.state["positions"]},
-            validate=(lambda: validate(step_fn, batches, val_idx, cfg)) if n_val else None,
+            {
+                "loss": round(global_loss, 5),
+                "gnorm": round(float(gnorm), 4),
+                "lr": opt.param_groups[0]["lr"],
+                "positions": run.state["positions"],
+            },  # fmt: skip
+            validate=(lambda: validate(step_fn, val_batches, val_idx, cfg)) if n_val else None,
             val_every=cfg.val_every,
         )
     run.close()

@@ -52,6 +52,7 @@ class DraftTrainConfig:
     vector_eps: float = option(1e-4, "LiLiCorr vector-norm epsilon")
     # optimisation
     steps: int = option(1000, "optimiser steps", always=True)
+    max_minutes: float = option(0.0, "time budget: stop after N minutes of training, the LR schedule spread over them")
     batch_size: int = option(8, "global batch (split across torchrun processes)", always=True)
     anchors: int = option(16, "anchors (blocks) per sequence", always=True)
     lr: float = option(6e-4, "peak learning rate", always=True)
@@ -71,7 +72,9 @@ class DraftTrainConfig:
     clip_per_module: bool = option(False, "clip backbone and head/arm gradients separately (reference: one norm)")
     head_weights: HeadLossWeights = option(HeadLossWeights)
     seed: int = option(0, "seed of initialisation, anchors and batches", always=True)
-    val_sequences: int = option(64, "held-out sequences for validation")
+    val_sequences: int = option(64, "held-out sequences for validation (the first rows; never trained on)")
+    val_data: str | None = option(None, "validate on the first rows of this data file instead (default: --data)")
+    val_features: str | None = option(None, "feature cache of --val-data (default: online)")
     val_every: int = option(200, "validate every N steps")
     checkpoint_minutes: float = option(4.0, "resumable checkpoint every N minutes")
     threads: int = option(0, "torch threads per process (0: the cores, divided among torchrun processes)")
@@ -96,14 +99,29 @@ class DraftTrainConfig:
         mode = get_mode(self.mode)
         if self.freeze_backbone and not mode.freezable:
             raise ValueError(f"--freeze-backbone is for the comparison arms (mode {self.mode!r}; use --mode head)")
+        if self.val_features and not self.val_data:
+            raise ValueError("--val-features is the cache of --val-data: pass --val-data too")
         if self.train_vocab and mode.arm is not None:
             raise ValueError(f"--train-vocab is for dflash / lilicorr / head (mode {self.mode!r} reads full logits)")
         if self.backbone_frozen and not self.init:
             raise ValueError(f"mode {self.mode!r} on a frozen backbone needs that backbone: pass --init DRAFT_DIR")
 
 
-def lr_at(step: int, cfg: DraftTrainConfig) -> float:
-    """Linear warm-up over `warmup_ratio` of the steps, then cosine to zero."""
+def progress(step: int, elapsed_s: float, cfg: DraftTrainConfig) -> float:
+    """How far the run is, 0 → 1: by steps, or by wall time where ``max_minutes`` is the budget and comes first."""
+    frac = step / max(1, cfg.steps)
+    return max(frac, elapsed_s / (60 * cfg.max_minutes)) if cfg.max_minutes else frac
+
+
+def lr_at(step: int, cfg: DraftTrainConfig, elapsed_s: float = 0.0) -> float:
+    """Linear warm-up over `warmup_ratio` of the run, then cosine to zero; the run is measured in steps, or in
+    minutes under a time budget (``max_minutes``), so runs compared at equal wall time all finish their decay."""
+    if cfg.max_minutes:
+        frac = progress(step, elapsed_s, cfg)
+        if frac < cfg.warmup_ratio:
+            return cfg.lr * max(frac / cfg.warmup_ratio, 1 / max(1, round(cfg.warmup_ratio * cfg.steps)))
+        prog = min(1.0, (frac - cfg.warmup_ratio) / max(1e-9, 1 - cfg.warmup_ratio))
+        return cfg.lr * 0.5 * (1 + math.cos(math.pi * prog))
     warm = max(1, round(cfg.warmup_ratio * cfg.steps))
     if step < warm:
         return cfg.lr * (step + 1) / warm

@@ -80,7 +80,9 @@ class TrainRun:
             and val_every
             and (self.step % val_every == 0 or self.step == self.total_steps)
         ):
+            t_val = time.time()
             record["val"] = validate()
+            self.t0 += time.time() - t_val  # validation is not training time: curves compare training minutes
             self.state["history"].append(record)
             tqdm.write(json.dumps(record))
         if self.step % self.log_every == 0 or "val" in record:

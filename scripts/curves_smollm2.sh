@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Recipe choices for the SmolLM2 drafters, decided from learning curves at equal wall time: every run
+# trains for the same budget of minutes (`--max-minutes`, the LR schedule spread over it) on the same
+# regenerated data and cached features, and validates on the same held-out rows and blocks.
+#   scripts/curves_smollm2.sh [RUN ...]      (default: all runs below; a finished run is skipped)
+# Then: lilicorr report --curves runs/curves/A runs/curves/B ... --out docs/results/curves-NAME.png
+# Knobs: MINUTES (budget per run, 8), ROWS (training rows of the data, 1024).
+# Needs the first-turn data and its feature cache (STAGES=scale scripts/ship_smollm2.sh, then
+# `lilicorr data features ... --out data/cache/features-smollm2-first`; its first ROWS rows suffice).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
+L=.venv/bin/lilicorr
+MINUTES=${MINUTES:-8}
+ROWS=${ROWS:-1024}
+DATA=data/regen-smollm2/sharegpt-first.safetensors
+FEATS=data/cache/features-smollm2-first
+FIXED=data/regen-smollm2/sharegpt-fixed.safetensors
+FIXED_FEATS=data/cache/features-smollm2-fixed
+BASE="--target models/smollm2-135m-instruct --mode dflash --block-size 8 --gamma 4 --lr 1e-3 --seed 0
+  --batch-size 8 --steps 1000000 --max-minutes $MINUTES --max-sequences $ROWS --checkpoint-minutes 2"
+# today's shipped recipe (1 thread, 16 anchors per row, full-vocabulary logits) and the throughput recipe
+TODAY="--threads 1 --anchors 16 --val-every 25"
+FAST="--threads 2 --anchors 64 --train-vocab 8192 --val-every 100"
+declare -A RUNS=(
+  [today-d1]="$TODAY --num-layers 1"
+  [fast-d1]="$FAST --num-layers 1"
+  [fast-d2]="$FAST --num-layers 2"
+  [fast-d3]="$FAST --num-layers 3"
+  [dense-fullvocab-d1]="--threads 2 --anchors 64 --val-every 50 --num-layers 1"
+  [fast-d1-fixed]="$FAST --num-layers 1 --data-override"
+)
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(today-d1 fast-d1 dense-fullvocab-d1 fast-d2 fast-d3 fast-d1-fixed)
+mkdir -p runs/curves
+for name in "${names[@]}"; do
+  args=${RUNS[$name]:?unknown run $name}
+  data="--data $DATA --features $FEATS"
+  if [[ $args == *--data-override* ]]; then  # ShareGPT's own answers; validated on the regenerated rows
+    args=${args/--data-override/}
+    data="--data $FIXED --features $FIXED_FEATS --val-data $DATA --val-features $FEATS"
+  fi
+  out=runs/curves/$name
+  [ -f $out/draft/config.json ] && { echo "$name: done"; continue; }
+  echo "$name: $args"
+  # shellcheck disable=SC2086
+  $L train draft $BASE $data $args --out $out/draft --run-dir $out --resume > $out.log 2>&1
+done
