@@ -414,6 +414,11 @@ def test_learning_curves_log_positions_and_plot(tiny_target_dir, regen_data, tmp
     assert main(["report", "--curves", str(tmp_path / "a-run"), str(tmp_path / "b-run"), "--out", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["report", "--curves", str(tmp_path / "missing"), "--out", str(png)]) == 2
+    page = tmp_path / "curves.md"
+    runs = [str(tmp_path / "a-run"), str(tmp_path / "b-run")]
+    assert main(["report", "--curves", *runs, "--out", str(png), "--table", str(page), "--title", "T"]) == 0
+    rows = [x for x in page.read_text().splitlines() if x.startswith("| a-run") or x.startswith("| b-run")]
+    assert len(rows) == 2 and f"| {pts[-1]['tau']:.4f} |" in rows[0] and "curves.png" in page.read_text()
 
 
 def test_training_vocabulary_is_a_column_subset_of_the_full_logits(tiny_target_dir, regen_data):

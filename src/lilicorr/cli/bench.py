@@ -76,10 +76,18 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     if args.curves:
-        from lilicorr.training.curves import plot_curves
+        from lilicorr.training.curves import curves_table, plot_curves
 
         try:
-            print(f"wrote {plot_curves(args.curves, args.out)}")
+            png = plot_curves(args.curves, args.out)
+            table = curves_table(args.curves)
+            print(f"wrote {png}\n{table}")
+            if args.table:  # the page's generated part: table and plot
+                notes = Path(args.notes).read_text() if args.notes else ""
+                Path(args.table).write_text(
+                    f"# {args.title}\n\n{table}\n![learning curves]({Path(png).name})\n\n{notes}"
+                )
+                print(f"wrote {args.table}")
         except (FileNotFoundError, KeyError, ValueError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
@@ -147,4 +155,5 @@ def register(sub) -> None:
     s.add_argument("--title", default="Results")
     s.add_argument("--baseline", nargs="+", default=None, help="arm names the derived table divides τ by")
     s.add_argument("--notes", default=None, help="markdown file appended as the page's 'Notes' section")
+    s.add_argument("--table", default=None, help="with --curves: also write a markdown page (table + plot) here")
     s.set_defaults(func=_report)

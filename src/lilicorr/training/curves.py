@@ -38,6 +38,53 @@ def read_curve(run_dir: str | Path) -> list[dict]:
     return points
 
 
+def run_config(run_dir: str | Path) -> dict:
+    """The config a run started with (its ``train.log``'s ``start`` event; the first one on a resumed run)."""
+    for line in (Path(run_dir) / "train.log").read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("event") == "start":
+            return rec["config"]
+    return {}
+
+
+def _at_minutes(points: list[dict], minutes: float) -> float | None:
+    """τ estimate at ``minutes`` of training, linear between the validations around it."""
+    prev = None
+    for p in points:
+        if p["minutes"] >= minutes:
+            if prev is None or p["minutes"] == prev["minutes"]:
+                return p["tau"]
+            w = (minutes - prev["minutes"]) / (p["minutes"] - prev["minutes"])
+            return prev["tau"] + w * (p["tau"] - prev["tau"])
+        prev = p
+    return None
+
+
+def curves_table(runs: list[str | Path]) -> str:
+    """A markdown table of the runs: recipe, budget, supervised positions (and per second), and held-out
+    τ estimate at the end and at the shortest run's minutes (equal wall time)."""
+    curves = {Path(r).name: read_curve(r) for r in runs}
+    common = min((c[-1]["minutes"] for c in curves.values() if c), default=0.0)
+    head = ("| run | data | layers | anchors | train vocab | threads | steps | minutes | positions (M) | positions/s "
+            f"| τ est. at {common:.1f} min | final τ est. | slot-1 acc | neighbour same |")  # fmt: skip
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for run in runs:
+        name, pts, cfg = Path(run).name, curves[Path(run).name], run_config(run)
+        if not pts:
+            continue
+        last = pts[-1]
+        pos = last["positions"] or 0
+        rate = pos / (last["minutes"] * 60) if last["minutes"] else 0.0
+        eq = _at_minutes(pts, common)
+        lines.append(
+            f"| {name} | {Path(cfg.get('data', '?')).stem} | {cfg.get('num_layers')} | {cfg.get('anchors')} "
+            f"| {cfg.get('train_vocab') or 'all'} | {cfg.get('threads') or 'all'} | {last['step']} "
+            f"| {last['minutes']:.1f} | {pos / 1e6:.2f} | {rate:.0f} | {eq:.4f} | {last['tau']:.4f} "
+            f"| {last['slot1_acc']:.4f} | {last['neighbour_same']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def plot_curves(runs: list[str | Path], out: str | Path) -> Path:
     """One PNG: τ estimate vs supervised positions (left) and vs minutes (right), one line per run."""
     import matplotlib

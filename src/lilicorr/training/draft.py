@@ -183,9 +183,12 @@ class Batches:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def get(self, idx: torch.Tensor):
-        feats = self.store.get(idx) if self.store is not None else None
-        return self.tokens[idx].to(self.device), self.mask[idx], feats
+    def get(self, idx: torch.Tensor, length: int | None = None):
+        """Rows ``idx``, their first ``length`` columns (default all): a batch whose blocks end early needs
+        neither the padding nor the features after them."""
+        cols = slice(0, length)
+        feats = self.store.get(idx, length) if self.store is not None else None
+        return self.tokens[idx, cols].to(self.device), self.mask[idx, cols], feats
 
 
 VAL_ANCHORS = 32  # blocks per held-out sequence, fixed so that runs with other --anchors validate alike
@@ -273,7 +276,7 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
         idx = torch.randint(len(train_mask), (cfg.batch_size,), generator=gen)  # global batch, same on every rank
         anchors, valid = sample_anchors(train_mask[idx], cfg.anchors, step_fn.block, gen)
         sl = slice(rank * per_rank, (rank + 1) * per_rank)
-        tk, mk, feats = batches.get(idx[sl] + n_val)
+        tk, mk, feats = batches.get(idx[sl] + n_val, int(anchors.max()) + step_fn.block)  # up to the last block
         res = step_fn(tk, mk, anchors[sl].to(device), valid[sl].to(device), feats=feats)
         loss = combine_losses(res, cfg)
         opt.zero_grad(set_to_none=True)

@@ -156,12 +156,14 @@ class FeatureStore:
             self._handles[si] = safe_open(str(self.path / f"{si:05d}.safetensors"), framework="pt")
         return self._handles[si]
 
-    def get(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Taps ``[b, L, F·H]`` and final hidden ``[b, L, H]`` of sequences ``idx``."""
+    def get(self, idx: torch.Tensor, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Taps ``[b, L, F·H]`` and final hidden ``[b, L, H]`` of sequences ``idx`` (their first ``length``
+        columns only when given: only those are read)."""
         taps, final = [], []
+        n = min(length or self.length, self.length)
         for i in idx.tolist():
             h = self._shard(i // self.shard_size)
             j = i % self.shard_size
-            taps.append(h.get_slice("taps")[j : j + 1])
-            final.append(h.get_slice("final")[j : j + 1])
+            taps.append(h.get_slice("taps")[j : j + 1, :n])
+            final.append(h.get_slice("final")[j : j + 1, :n])
         return torch.cat(taps), torch.cat(final)
