@@ -29,9 +29,11 @@ declare -A RUNS=(
   [fast-d3]="$FAST --num-layers 3"
   [dense-fullvocab-d1]="--threads 2 --anchors 64 --val-every 50 --num-layers 1"
   [fast-d1-fixed]="$FAST --num-layers 1 --data-override"
+  [fast-d1-tinit]="$FAST --num-layers 1 --init-from-target"
+  [fast-d1-lr3e-3]="$FAST --num-layers 1 --lr 3e-3"
 )
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(today-d1 fast-d1 dense-fullvocab-d1 fast-d2 fast-d3 fast-d1-fixed)
+[ ${#names[@]} -gt 0 ] || names=(today-d1 fast-d1 dense-fullvocab-d1 fast-d2 fast-d3 fast-d1-fixed fast-d1-tinit fast-d1-lr3e-3)
 mkdir -p runs/curves
 for name in "${names[@]}"; do
   args=${RUNS[$name]:?unknown run $name}

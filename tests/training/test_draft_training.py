@@ -78,7 +78,6 @@ def _cfg(tiny_target_dir, regen_data, out, mode, steps=30, **kw):
         out=str(out),
         mode=mode,
         run_dir=str(out) + "-run",
-        num_layers=1,
         block_size=4,
         candidate_topk=4,
         head_layers=1,
@@ -90,7 +89,7 @@ def _cfg(tiny_target_dir, regen_data, out, mode, steps=30, **kw):
         lr=3e-3,
         val_sequences=8,
         checkpoint_minutes=100,
-        **{"val_every": 1000, **kw},
+        **{"val_every": 1000, "num_layers": 1, **kw},
     )
 
 
@@ -491,3 +490,21 @@ def test_validation_reads_val_data_when_given(tiny_target_dir, regen_data, tmp_p
     assert own["final_val"]["blocks"] > 0 and other["final_val"]["blocks"] == 0
     with pytest.raises(ValueError, match="val-data"):
         _cfg(tiny_target_dir, regen_data, tmp_path / "c", "dflash", val_features="x").validate()
+
+
+def test_init_from_target_copies_the_last_layers_and_final_norm(tiny_target_dir, regen_data):
+    from lilicorr.runtime.runtime import TargetRuntime
+
+    target = TargetRuntime.load(tiny_target_dir)
+    cfg = _cfg(tiny_target_dir, regen_data, "unused", "dflash", num_layers=2, init_from_target=True)
+    model = build_model(cfg, target)
+    src, n = target.model.state_dict(), target.num_layers
+    for j in range(2):
+        for part in ("self_attn.q_proj.weight", "mlp.down_proj.weight", "input_layernorm.weight"):
+            assert torch.equal(model.state_dict()[f"layers.{j}.{part}"], src[f"model.layers.{n - 2 + j}.{part}"])
+    assert torch.equal(model.norm.weight, src["model.norm.weight"])
+    plain = build_model(_cfg(tiny_target_dir, regen_data, "unused", "dflash", num_layers=2), target)
+    assert not torch.equal(
+        plain.state_dict()["layers.1.self_attn.q_proj.weight"], src[f"model.layers.{n - 1}.self_attn.q_proj.weight"]
+    )
+    assert torch.equal(plain.fc.weight, model.fc.weight)  # the fusion has no counterpart: same random init

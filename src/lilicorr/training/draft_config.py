@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import torch
+
 from lilicorr.checkpoint import load_draft
 from lilicorr.models.config import DraftConfig, LiLiCorrGeometry
 from lilicorr.models.draft import DraftModel, default_layer_ids_for
@@ -35,6 +37,7 @@ class DraftTrainConfig:
     )
     run_dir: str = option("", "run folder with checkpoints and logs (default: runs/<out name>)")
     init: str | None = option(None, "start from this draft checkpoint (required for --mode head / frozen arms)")
+    init_from_target: bool = option(False, "draft layers and final norm start as copies of the target's last ones")
     # geometry
     num_layers: int = option(2, "drafter layers", always=True)
     block_size: int = option(8, "DFlash block size", always=True)
@@ -186,9 +189,35 @@ def build_draft_config(cfg: DraftTrainConfig, target: TargetRuntime) -> DraftCon
     )
 
 
+def copy_target_layers(model: DraftModel, target: TargetRuntime) -> list[str]:
+    """Start the draft layers as the target's last ``num_layers`` decoder layers and the final norm as the
+    target's: the drafter's output then begins in the LM head's own scale and basis, not a random one.
+    Draft tensors without a counterpart of the same shape (the fusion ``fc``, q/k norms of a Llama target)
+    keep their init. Returns the names copied."""
+    src = target.model.state_dict()
+    n_t, n_d = target.num_layers, len(model.layers)
+    prefix = next((p for p in ("model.", "model.language_model.", "") if f"{p}norm.weight" in src), "model.")
+    copied = []
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.startswith("layers."):
+                j, rest = name.split(".", 2)[1:]
+                key = f"{prefix}layers.{n_t - n_d + int(j)}.{rest}"
+            elif name == "norm.weight":
+                key = f"{prefix}norm.weight"
+            else:
+                continue
+            if key in src and src[key].shape == p.shape:
+                p.copy_(src[key].to(p.dtype))
+                copied.append(name)
+    return copied
+
+
 def build_model(cfg: DraftTrainConfig, target: TargetRuntime) -> DraftModel:
     dcfg = build_draft_config(cfg, target)
     model = DraftModel(dcfg).init_weights(cfg.seed)
+    if cfg.init_from_target:
+        copy_target_layers(model, target)
     if cfg.init:
         init = load_draft(cfg.init, target.model.config)
         if init.cfg.target_layer_ids != dcfg.target_layer_ids or init.cfg.block_size != dcfg.block_size:

@@ -17,6 +17,7 @@ Layout: ``DIR/meta.json`` plus shards ``DIR/NNNNN.safetensors`` of ``shard_size`
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import time
 from pathlib import Path
@@ -42,7 +43,8 @@ def supervised_length(loss_mask: torch.Tensor) -> int:
 @torch.no_grad()
 def target_features(model, tokens: torch.Tensor, layer_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """One frozen forward: taps ``[b, t, F·H]`` and final-normed hidden ``[b, t, H]``."""
-    out = model(input_ids=tokens, output_hidden_states=True, logits_to_keep=1)  # no [b, t, V] logits
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    out = model(input_ids=tokens, output_hidden_states=True, **keep)  # no [b, t, V] logits where it can
     taps = torch.cat([out.hidden_states[i + 1] for i in layer_ids], -1)
     return taps, out.hidden_states[-1]
 
