@@ -72,6 +72,58 @@ def test_extraction_resumes_and_rejects_foreign_data(tiny_target_dir, regen_data
         extract_features(str(tiny_target_dir), str(tmp_path / "other.safetensors"), str(cache), [0, 2], shard_size=16)
 
 
+def test_packed_rows_equal_the_target_features_up_to_each_rows_length(tiny_target_dir, regen_data, tmp_path):
+    """The packed layout stores each row only up to its last supervised column: reads give exactly the target's
+    features there and zeros after, and the cache is smaller than rows × the data's longest length."""
+    from lilicorr.runtime.runtime import TargetRuntime
+    from lilicorr.training.features import row_lengths, target_features
+
+    data = load_file(str(regen_data))
+    mask = data["loss_mask"].bool()
+    mask[1, 20:] = False  # a short row
+    data["loss_mask"] = mask
+    save_file(data, str(tmp_path / "short.safetensors"))
+    cache = tmp_path / "feats"
+    meta = extract_features(str(tiny_target_dir), str(tmp_path / "short.safetensors"), str(cache), [0, 2],
+                            shard_size=8, dtype="float32")  # fmt: skip
+    assert meta["layout"] == "packed"
+    lens = row_lengths(mask)
+    store = FeatureStore(cache, data["tokens"], [0, 2])
+    idx = torch.tensor([0, 1, 9])
+    taps, final = store.get(idx)
+    target = TargetRuntime.load(tiny_target_dir)
+    want_t, want_f = target_features(target.model, data["tokens"][idx, : store.length].long(), [0, 2])
+    for r, i in enumerate(idx.tolist()):
+        n = int(lens[i])
+        torch.testing.assert_close(taps[r, :n], want_t[r, :n], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(final[r, :n], want_f[r, :n], rtol=1e-5, atol=1e-5)
+        assert not taps[r, n:].any() and not final[r, n:].any()
+    assert int(lens[1]) == 20 and store.get(idx, 10)[0].shape[1] == 10
+    assert meta["disk_bytes"] < len(mask) * store.length * (2 + 1) * 64 * 4
+
+
+def test_a_cache_from_before_packing_stays_padded(tiny_target_dir, regen_data, tmp_path):
+    """A cache begun in the padded layout (meta without ``layout``) resumes padded and reads as before."""
+    import json
+
+    packed = tmp_path / "packed"
+    meta = extract_features(str(tiny_target_dir), str(regen_data), str(packed), [0, 2], shard_size=16)
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    old = {k: v for k, v in json.loads((packed / "meta.json").read_text()).items() if k != "layout"}
+    (legacy / "meta.json").write_text(json.dumps(old))
+    extract_features(str(tiny_target_dir), str(regen_data), str(legacy), [0, 2], shard_size=16)
+    assert "offsets" not in load_file(str(legacy / "00000.safetensors"))
+    assert load_file(str(legacy / "00000.safetensors"))["taps"].shape[:2] == (16, meta["length"])
+    idx = torch.tensor([3, 20])
+    a, b = FeatureStore(legacy).get(idx), FeatureStore(packed).get(idx)
+    from lilicorr.training.features import row_lengths
+
+    lens = row_lengths(load_file(str(regen_data))["loss_mask"].bool())[idx]
+    for r in range(2):
+        assert torch.equal(a[0][r, : lens[r]], b[0][r, : lens[r]])
+
+
 class _Tok:
     def __init__(self, vocab):
         self.vocab = vocab

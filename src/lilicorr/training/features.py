@@ -9,8 +9,9 @@ target's final-normed hidden state, from which the LM head rebuilds the target's
 loss needs them (``lm_head(final) == logits``, which the trainer's online path relies on too).
 
 Layout: ``DIR/meta.json`` plus shards ``DIR/NNNNN.safetensors`` of ``shard_size`` sequences each,
-``taps [n, L, len(layer_ids)·H]`` and ``final [n, L, H]`` in the extraction dtype (bf16 by default),
-``L`` = the longest supervised prefix of the data. Shards are written atomically, so an interrupted extraction resumes;
+``taps`` and ``final`` (``[Σ rows' lengths, len(layer_ids)·H]`` and ``[Σ, H]``, bf16 by default) with
+``offsets [n + 1]``: rows packed back to back, each up to its own last supervised column (layout
+``packed``; caches from before it hold ``[n, L, ·]`` padded to the data's longest supervised prefix ``L``). Shards are written atomically, so an interrupted extraction resumes;
 ``extraction.json`` logs each shard's positions, seconds and bytes (``extraction_report``: disk use, positions/s).
 """
 
@@ -32,6 +33,12 @@ from lilicorr.data.atomic import atomic_write, atomic_write_text
 
 def data_digest(tokens: torch.Tensor) -> str:
     return hashlib.sha256(tokens.to(torch.int32).numpy().tobytes()).hexdigest()[:16]
+
+
+def row_lengths(loss_mask: torch.Tensor) -> torch.Tensor:
+    """Per row, the columns its blocks can read: its last supervised column + 1 (at least 1). ``[rows]``"""
+    cols = torch.arange(loss_mask.shape[1]).expand_as(loss_mask)
+    return ((cols + 1) * loss_mask).amax(1).clamp_min(1).long()
 
 
 def supervised_length(loss_mask: torch.Tensor) -> int:
@@ -82,6 +89,11 @@ def extract_features(
         "dtype": dtype,
     }
     old = out / "meta.json"
+    # packed: each shard stores its rows back to back, each only up to its own last supervised column (no
+    # padding: ~45 % of the ShareGPT first-turn rows' columns); caches made before keep the padded layout
+    packed = not old.exists() or json.loads(old.read_text()).get("layout") == "packed"
+    if packed:
+        meta["layout"] = "packed"
     if old.exists() and json.loads(old.read_text()) != meta:
         raise ValueError(f"{old}: written for other data, target or layers; use a new --out or delete it")
     out.mkdir(parents=True, exist_ok=True)
@@ -96,14 +108,21 @@ def extract_features(
         if path.exists():
             continue
         rows = tokens[si * shard_size : (si + 1) * shard_size]
+        lens = row_lengths(mask[si * shard_size : (si + 1) * shard_size]) if packed else None
         taps, final = [], []
         for i in range(0, len(rows), batch_size):
             t, f = target_features(model, rows[i : i + batch_size].to(device), layer_ids)
-            taps.append(t.to("cpu", store_dtype))
-            final.append(f.to("cpu", store_dtype))
+            t, f = t.to("cpu", store_dtype), f.to("cpu", store_dtype)
+            if packed:  # [Σ len, ·]: row r's first lens[r] columns
+                t = torch.cat([t[r, : lens[i + r]] for r in range(len(t))])
+                f = torch.cat([f[r, : lens[i + r]] for r in range(len(f))])
+            taps.append(t)
+            final.append(f)
         tensors = {"taps": torch.cat(taps).contiguous(), "final": torch.cat(final).contiguous()}
+        if packed:
+            tensors["offsets"] = torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)])  # [rows + 1]
         atomic_write(path, lambda p, t=tensors: save_file(t, str(p)))
-        log[path.name] = {"positions": int(rows.numel()), "seconds": round(time.time() - t0, 2),
+        log[path.name] = {"positions": int(lens.sum()) if packed else int(rows.numel()), "seconds": round(time.time() - t0, 2),
                           "bytes": path.stat().st_size}  # fmt: skip
         atomic_write_text(out / "extraction.json", json.dumps(log, indent=1) + "\n")
         t0 = time.time()
@@ -145,6 +164,7 @@ class FeatureStore:
                 f"{self.path}: layer_ids {self.meta['layer_ids']} cached, the drafter taps {list(layer_ids)}"
             )
         self.length = int(self.meta["length"])
+        self.packed = self.meta.get("layout") == "packed"
         self.shard_size = int(self.meta["shard_size"])
         wanted = min(sequences, self.meta["sequences"]) if sequences else self.meta["sequences"]
         n_shards = (wanted + self.shard_size - 1) // self.shard_size
@@ -166,6 +186,13 @@ class FeatureStore:
         for i in idx.tolist():
             h = self._shard(i // self.shard_size)
             j = i % self.shard_size
-            taps.append(h.get_slice("taps")[j : j + 1, :n])
-            final.append(h.get_slice("final")[j : j + 1, :n])
+            if self.packed:  # the row's own columns, zeros after them (never read by a valid block)
+                start, end = (int(x) for x in h.get_slice("offsets")[j : j + 2])
+                end = min(end, start + n)
+                for name, out in (("taps", taps), ("final", final)):
+                    row = h.get_slice(name)[start:end]
+                    out.append(torch.nn.functional.pad(row, (0, 0, 0, n - (end - start)))[None])
+            else:
+                taps.append(h.get_slice("taps")[j : j + 1, :n])
+                final.append(h.get_slice("final")[j : j + 1, :n])
         return torch.cat(taps), torch.cat(final)
