@@ -11,7 +11,8 @@ loss needs them (``lm_head(final) == logits``, which the trainer's online path r
 Layout: ``DIR/meta.json`` plus shards ``DIR/NNNNN.safetensors`` of ``shard_size`` sequences each,
 ``taps`` and ``final`` (``[Σ rows' lengths, len(layer_ids)·H]`` and ``[Σ, H]``, bf16 by default) with
 ``offsets [n + 1]``: rows packed back to back, each up to its own last supervised column (layout
-``packed``; caches from before it hold ``[n, L, ·]`` padded to the data's longest supervised prefix ``L``). Shards are written atomically, so an interrupted extraction resumes;
+``packed``; caches from before it hold ``[n, L, ·]`` padded to the data's longest supervised prefix ``L``).
+Shards are written atomically, so an interrupted extraction resumes;
 ``extraction.json`` logs each shard's positions, seconds and bytes (``extraction_report``: disk use, positions/s).
 """
 
@@ -111,7 +112,8 @@ def extract_features(
         lens = row_lengths(mask[si * shard_size : (si + 1) * shard_size]) if packed else None
         taps, final = [], []
         for i in range(0, len(rows), batch_size):
-            t, f = target_features(model, rows[i : i + batch_size].to(device), layer_ids)
+            cols = int(lens[i : i + batch_size].max()) if packed else rows.shape[1]  # causal: later columns unused
+            t, f = target_features(model, rows[i : i + batch_size, :cols].to(device), layer_ids)
             t, f = t.to("cpu", store_dtype), f.to("cpu", store_dtype)
             if packed:  # [Σ len, ·]: row r's first lens[r] columns
                 t = torch.cat([t[r, : lens[i + r]] for r in range(len(t))])
@@ -122,8 +124,8 @@ def extract_features(
         if packed:
             tensors["offsets"] = torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)])  # [rows + 1]
         atomic_write(path, lambda p, t=tensors: save_file(t, str(p)))
-        log[path.name] = {"positions": int(lens.sum()) if packed else int(rows.numel()), "seconds": round(time.time() - t0, 2),
-                          "bytes": path.stat().st_size}  # fmt: skip
+        stored = int(lens.sum()) if packed else int(rows.numel())
+        log[path.name] = {"positions": stored, "seconds": round(time.time() - t0, 2), "bytes": path.stat().st_size}
         atomic_write_text(out / "extraction.json", json.dumps(log, indent=1) + "\n")
         t0 = time.time()
     return {**meta, **extraction_report(out)}
