@@ -31,9 +31,11 @@ declare -A RUNS=(
   [fast-d1-fixed]="$FAST --num-layers 1 --data-override"
   [fast-d1-tinit]="$FAST --num-layers 1 --init-from-target"
   [fast-d1-lr3e-3]="$FAST --num-layers 1 --lr 3e-3"
+  [fast-d1-lr3e-3-g1]="$FAST --num-layers 1 --lr 3e-3 --gamma 1"
 )
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(today-d1 fast-d1 dense-fullvocab-d1 fast-d2 fast-d3 fast-d1-fixed fast-d1-tinit fast-d1-lr3e-3)
+[ ${#names[@]} -gt 0 ] || names=(today-d1 fast-d1 dense-fullvocab-d1 fast-d2 fast-d3 fast-d1-fixed fast-d1-tinit fast-d1-lr3e-3
+  fast-d1-lr3e-3-g1)
 mkdir -p runs/curves
 for name in "${names[@]}"; do
   args=${RUNS[$name]:?unknown run $name}

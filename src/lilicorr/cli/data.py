@@ -62,6 +62,18 @@ def _features(args: argparse.Namespace) -> int:
     return 0
 
 
+def _merge(args: argparse.Namespace) -> int:
+    from lilicorr.training.merge import merge_data
+
+    try:
+        meta = merge_data(args.inputs, args.out)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({k: v for k, v in meta.items() if k != "inputs"}))
+    return 0
+
+
 def _prompts(args: argparse.Namespace) -> int:
     from lilicorr.data.atomic import atomic_write_text
     from lilicorr.data.prompt_sets import load_set
@@ -97,6 +109,11 @@ def register(sub) -> None:
     s.add_argument("--out", required=True)
     s.add_argument("--limit", type=int, default=0, help="first N rows only (0: all)")
     s.set_defaults(func=_prompts)
+
+    s = data.add_parser("merge", help="one training file from data files and shard folders (rows in order)")
+    s.add_argument("inputs", nargs="+", help="data files of `data regenerate`, or shard folders (finished shards)")
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=_merge)
 
     s = data.add_parser("features", help="cache the target's tapped hidden states for drafter training")
     s.add_argument("--target", required=True)

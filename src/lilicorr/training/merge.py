@@ -1,0 +1,80 @@
+"""One training file from several (``lilicorr data merge``): regenerated first turns, later turns and fixed
+answers — whole data files, or a shard folder of a run still in progress (its finished shards, in order).
+
+Why: ``train draft`` reads one ``--data`` file and one feature cache. Rows of different lengths (512-token
+first turns, 1024-token later turns) are right-padded to the longest; padding is never supervised, and the
+packed feature cache stores each row only up to its last supervised column, so it costs neither disk nor
+target forwards. The provenance (``OUT.json``) lists every input with its rows, answer tokens and sha256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from lilicorr.data.atomic import atomic_write, atomic_write_text
+from lilicorr.training.regenerate import load_regenerated
+
+KEYS = ("tokens", "loss_mask", "sampled")
+
+
+def _sha(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_input(path: Path) -> tuple[dict[str, torch.Tensor], list[dict]]:
+    """A data file, or a shard folder's finished shards (those in its ``manifest.json``, by index)."""
+    if path.is_dir():
+        manifest = path / "manifest.json"
+        if not manifest.exists():
+            raise FileNotFoundError(f"{path}: a shard folder needs its manifest.json (made by `data regenerate`)")
+        names = sorted(json.loads(manifest.read_text())["shards"])
+        if not names:
+            raise ValueError(f"{path}: no finished shard yet")
+        files = [path / f"{n}.safetensors" for n in names]
+        parts = [load_file(str(f)) for f in files]
+        data = {k: torch.cat([p[k] for p in parts]) for k in KEYS}
+    else:
+        files, data = [path], load_regenerated(path)
+    missing = [k for k in KEYS if k not in data]
+    if missing:
+        raise ValueError(f"{path}: tensors {missing} missing (expected {list(KEYS)})")
+    return data, [{"file": str(f), "sha256": _sha(f)} for f in files]
+
+
+def merge_data(inputs: list[str | Path], out: str | Path) -> dict:
+    """Concatenate ``inputs`` (rows in input order) into ``out``, right-padded to the longest row length."""
+    if not inputs:
+        raise ValueError("nothing to merge: give one or more data files or shard folders")
+    out = Path(out)
+    if any(Path(i).resolve() == out.resolve() for i in inputs):
+        raise ValueError(f"{out}: the output is one of the inputs")
+    datas, sources = [], []
+    for i in inputs:
+        data, files = read_input(Path(i))
+        datas.append(data)
+        sources.append({"input": str(i), "rows": int(len(data["tokens"])),
+                        "answer_tokens": int(data["loss_mask"].sum()), "files": files})  # fmt: skip
+    length = max(d["tokens"].shape[1] for d in datas)
+    merged = {}
+    for k in ("tokens", "loss_mask"):  # padding: token 0, never supervised (loss_mask False)
+        merged[k] = torch.cat([torch.nn.functional.pad(d[k], (0, length - d[k].shape[1])) for d in datas])
+    merged["sampled"] = torch.cat([d["sampled"] for d in datas])
+    atomic_write(out, lambda p: save_file({k: v.contiguous() for k, v in merged.items()}, str(p)))
+    meta = {
+        "sequences": int(len(merged["tokens"])),
+        "length": length,
+        "answer_tokens": int(merged["loss_mask"].sum()),
+        "sha256_16": _sha(out)[:16],
+        "inputs": sources,
+    }
+    atomic_write_text(out.with_suffix(out.suffix + ".json"), json.dumps(meta, indent=2) + "\n")
+    return meta

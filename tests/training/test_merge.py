@@ -1,0 +1,46 @@
+"""``lilicorr data merge``: data files and shard folders into one training file."""
+
+import json
+
+import torch
+from safetensors.torch import save_file
+
+from lilicorr.cli.main import main
+from lilicorr.training.regenerate import load_regenerated
+
+
+def _data(n: int, length: int, first: int) -> dict[str, torch.Tensor]:
+    tokens = torch.arange(first, first + n * length, dtype=torch.int32).view(n, length)
+    mask = torch.zeros(n, length, dtype=torch.bool)
+    mask[:, length // 2 :] = True
+    return {"tokens": tokens, "loss_mask": mask, "sampled": torch.arange(n) % 2 == 1}
+
+
+def test_merge_pads_to_the_longest_row_and_keeps_order(tmp_path):
+    a, b = _data(3, 8, 1000), _data(2, 12, 5000)
+    save_file(a, str(tmp_path / "a.safetensors"))
+    shards = tmp_path / "b.shards"  # a run in progress: its finished shards only, by index
+    shards.mkdir()
+    save_file({k: v[:1].contiguous() for k, v in b.items()}, str(shards / "00000.safetensors"))
+    save_file({k: v[1:].contiguous() for k, v in b.items()}, str(shards / "00001.safetensors"))
+    save_file({k: v[:1].contiguous() for k, v in a.items()}, str(shards / "00002.safetensors"))  # unfinished: no entry
+    (shards / "manifest.json").write_text(json.dumps({"shards": {"00000": {}, "00001": {}}}))
+    out = tmp_path / "m.safetensors"
+    assert main(["data", "merge", str(tmp_path / "a.safetensors"), str(shards), "--out", str(out)]) == 0
+    m = load_regenerated(out)
+    assert m["tokens"].shape == (5, 12)
+    assert torch.equal(m["tokens"][:3, :8], a["tokens"]) and not m["loss_mask"][:3, 8:].any()
+    assert torch.equal(m["tokens"][3:], b["tokens"]) and torch.equal(m["loss_mask"][3:], b["loss_mask"])
+    assert torch.equal(m["sampled"], torch.cat([a["sampled"], b["sampled"]]))
+    meta = json.loads((tmp_path / "m.safetensors.json").read_text())
+    assert meta["answer_tokens"] == int(a["loss_mask"].sum() + b["loss_mask"].sum())
+    assert [s["rows"] for s in meta["inputs"]] == [3, 2] and len(meta["inputs"][1]["files"]) == 2
+
+
+def test_merge_refuses_bad_inputs_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "m.safetensors"
+    assert main(["data", "merge", str(tmp_path / "missing.safetensors"), "--out", str(out)]) == 2
+    empty = tmp_path / "s"
+    empty.mkdir()
+    assert main(["data", "merge", str(empty), "--out", str(out)]) == 2
+    assert "manifest.json" in capsys.readouterr().err and not out.exists()
