@@ -169,7 +169,9 @@ def write_page(path: Path, variants, best: dict, rounds: list[dict], rows: int, 
             f"| {name} | {cfg.threads} | {cfg.anchors} | {cfg.train_vocab or 'all'} | {cfg.bf16} | {cfg.num_layers} "
             f"| {cfg.mode} | {best[name]:.0f} | {best[name] / first:.2f} | {each} |"
         )
-    path.write_text("\n".join(lines) + "\n")
+    notes = path.with_name(path.stem + "-notes.md")  # the results pages' convention: PAGE-notes.md beside PAGE.md
+    tail = "\n" + notes.read_text() if notes.exists() else ""
+    path.write_text("\n".join(lines) + "\n" + tail)
 
 
 if __name__ == "__main__":
