@@ -47,6 +47,14 @@ $L data regenerate --target $TARGET --prompts data/prompts/sharegpt-turns.jsonl 
   --new-tokens 256 --shard-size 32 --concurrency 64 --engine $ENGINE --dtype $DTYPE --seed 0 \
   --card data/cards/smollm2-sharegpt-turns
 fi
+if [[ $STAGES == *scale* ]]; then
+# One training file: first turns and fixed answers (final files; the drafters' feature cache is made from it),
+# and everything including the later turns (the data card of each part is in data/cards/).
+$L data merge data/regen-smollm2/sharegpt-first.safetensors data/regen-smollm2/sharegpt-fixed.safetensors \
+  --out data/regen-smollm2/sharegpt-first-fixed.safetensors
+$L data merge data/regen-smollm2/sharegpt-first.safetensors data/regen-smollm2/sharegpt-fixed.safetensors \
+  data/regen-smollm2/sharegpt-turns.safetensors --out data/regen-smollm2/sharegpt-all.safetensors
+fi
 if [[ $STAGES == *data* ]]; then
 # The shipped drafters' data: the first SEQS prompts (shards shared with the first-turn stage above).
 $L data regenerate --target $TARGET --prompts data/prompts/sharegpt.jsonl --out $DATA \
