@@ -32,10 +32,12 @@ declare -A RUNS=(
   [fast-d1-tinit]="$FAST --num-layers 1 --init-from-target"
   [fast-d1-lr3e-3]="$FAST --num-layers 1 --lr 3e-3"
   [fast-d1-lr3e-3-g1]="$FAST --num-layers 1 --lr 3e-3 --gamma 1"
+  [sparse-g1]="--threads 2 --anchors 16 --train-vocab 8192 --val-every 100 --num-layers 1 --lr 3e-3 --gamma 1"
+  [long-g1]="$FAST --num-layers 1 --lr 3e-3 --gamma 1"  # the budget question: MINUTES=24 ROWS=1344
 )
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(today-d1 fast-d1 dense-fullvocab-d1 fast-d2 fast-d3 fast-d1-fixed fast-d1-tinit fast-d1-lr3e-3
-  fast-d1-lr3e-3-g1)
+  fast-d1-lr3e-3-g1 sparse-g1)
 mkdir -p runs/curves
 for name in "${names[@]}"; do
   args=${RUNS[$name]:?unknown run $name}
