@@ -26,7 +26,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from lilicorr.checkpoint import save_draft
 from lilicorr.models.backbone import training_block_mask
@@ -39,7 +38,7 @@ from lilicorr.training.losses import (
     sample_anchors,
 )
 from lilicorr.training.modes import get_mode
-from lilicorr.training.objectives import BlockPass, Objective
+from lilicorr.training.objectives import BlockPass, Objective, vocab_logits
 from lilicorr.training.regenerate import load_regenerated
 from lilicorr.training.run import TrainRun
 
@@ -90,10 +89,8 @@ class DraftStep:
             ph = hidden[:, :, 1:]  # [b, n, S, H] pass hidden (after norm)
             labels = block_labels(tokens, anchors, blk).flatten(0, 1)  # [M, S] token ids
             vocab = self.training_vocab(labels)
-            if vocab is None:
-                logits = target.lm_head(ph)  # [b, n, S, V]
-            else:  # the LM head's rows of the training vocabulary only: [b, n, S, V']
-                logits = F.linear(ph, target.lm_head.weight[vocab])
+            logits = vocab_logits(target, ph, vocab)  # [b, n, S, V], or [b, n, S, V'] over the training vocabulary
+            if vocab is not None:
                 labels = torch.searchsorted(vocab, labels)  # ids -> positions in ``vocab``
         return BlockPass(ph, logits.flatten(0, 1), ctx, final, labels, valid.flatten(), tokens, anchors, blk, vocab)
 

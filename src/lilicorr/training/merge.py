@@ -9,7 +9,6 @@ target forwards. The provenance (``OUT.json``) lists every input with its rows, 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -17,17 +16,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from lilicorr.data.atomic import atomic_write, atomic_write_text
-from lilicorr.training.regenerate import load_regenerated
+from lilicorr.training.regenerate import file_sha, load_regenerated
 
 KEYS = ("tokens", "loss_mask", "sampled")
-
-
-def _sha(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def read_input(path: Path) -> tuple[dict[str, torch.Tensor], list[dict]]:
@@ -47,7 +38,7 @@ def read_input(path: Path) -> tuple[dict[str, torch.Tensor], list[dict]]:
     missing = [k for k in KEYS if k not in data]
     if missing:
         raise ValueError(f"{path}: tensors {missing} missing (expected {list(KEYS)})")
-    return data, [{"file": str(f), "sha256": _sha(f)} for f in files]
+    return data, [{"file": str(f), "sha256": file_sha(f)} for f in files]
 
 
 def merge_data(inputs: list[str | Path], out: str | Path) -> dict:
@@ -73,7 +64,7 @@ def merge_data(inputs: list[str | Path], out: str | Path) -> dict:
         "sequences": int(len(merged["tokens"])),
         "length": length,
         "answer_tokens": int(merged["loss_mask"].sum()),
-        "sha256_16": _sha(out)[:16],
+        "sha256_16": file_sha(out)[:16],
         "inputs": sources,
     }
     atomic_write_text(out.with_suffix(out.suffix + ".json"), json.dumps(meta, indent=2) + "\n")

@@ -38,8 +38,12 @@ class BlockPass:
 
     def lm_head(self, target, hidden: torch.Tensor) -> torch.Tensor:
         """The target's LM head over the same vocabulary as ``logits``: ``[..., V or V']``."""
-        w = target.lm_head.weight
-        return target.lm_head(hidden.to(w.dtype)) if self.vocab is None else F.linear(hidden.to(w.dtype), w[self.vocab])
+        return vocab_logits(target, hidden.to(target.lm_head.weight.dtype), self.vocab)
+
+
+def vocab_logits(target, hidden: torch.Tensor, vocab: torch.Tensor | None) -> torch.Tensor:
+    """The target's LM head on ``hidden``, over all of the vocabulary or only the token ids ``vocab``."""
+    return target.lm_head(hidden) if vocab is None else F.linear(hidden, target.lm_head.weight[vocab])
 
 
 class _ScaleGrad(torch.autograd.Function):

@@ -140,7 +140,7 @@ def _shard_tensors(jobs: list[Job], answers: dict[int, list[int]], length: int, 
     return {"tokens": tokens, "loss_mask": mask, "sampled": torch.tensor([j.temperature > 0 for j in jobs])}
 
 
-def _file_sha(path: Path) -> str:
+def file_sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -184,7 +184,7 @@ def regenerate(cfg: RegenConfig) -> dict:
         path = shard_dir / f"{si:05d}.safetensors"
         if path.exists() and path.stem not in manifest.data["shards"]:
             facts = shard_facts(load_file(str(path)), eos)
-            manifest.add(path.stem, {**facts, "sha256": _file_sha(path), "engine": "unrecorded", "dtype": None,
+            manifest.add(path.stem, {**facts, "sha256": file_sha(path), "engine": "unrecorded", "dtype": None,
                                      "seconds": 0.0})  # fmt: skip
     command = command_line("lilicorr data regenerate", RegenConfig, asdict(cfg))
 
@@ -212,7 +212,7 @@ def regenerate(cfg: RegenConfig) -> dict:
         "sampled_sequences": int(merged["sampled"].sum()),
         "answer_tokens": int(merged["loss_mask"].sum()),
         "engines": engines,
-        "sha256_16": _file_sha(out)[:16],
+        "sha256_16": file_sha(out)[:16],
         "note": "rows with sampled=1 were continued at T=1 (seeded per row, except on vllm), the rest greedily",
     }
     atomic_write_text(out.with_suffix(out.suffix + ".json"), json.dumps(meta, indent=2) + "\n")
@@ -260,7 +260,7 @@ def _answer_shards(cfg, answerer, jobs, todo, shard_dir: Path, manifest: Manifes
             path.stem,
             {
                 **shard_facts(tensors, eos),
-                "sha256": _file_sha(path),
+                "sha256": file_sha(path),
                 "engine": cfg.engine,
                 "dtype": cfg.dtype if cfg.engine in ("native", "vllm") else None,
                 "seconds": round(now - t_last, 2),
