@@ -72,6 +72,19 @@ def test_extraction_resumes_and_rejects_foreign_data(tiny_target_dir, regen_data
         extract_features(str(tiny_target_dir), str(tmp_path / "other.safetensors"), str(cache), [0, 2], shard_size=16)
 
 
+def test_extraction_of_a_prefix_serves_its_rows_and_extends(tiny_target_dir, regen_data, tmp_path):
+    """`data features --max-sequences N` makes only the shards a trainer's `--max-sequences N` reads; a later
+    call without it completes the same cache."""
+    cache = tmp_path / "feats"
+    extract_features(str(tiny_target_dir), str(regen_data), str(cache), [0, 2], shard_size=16, max_sequences=20)
+    assert sorted(p.name for p in cache.glob("*.safetensors")) == ["00000.safetensors", "00001.safetensors"]
+    FeatureStore(cache, sequences=20).get(torch.tensor([0, 19]))
+    with pytest.raises(ValueError, match=r"shards \[2"):
+        FeatureStore(cache)
+    extract_features(str(tiny_target_dir), str(regen_data), str(cache), [0, 2], shard_size=16)
+    FeatureStore(cache).get(torch.tensor([39]))
+
+
 def test_packed_rows_equal_the_target_features_up_to_each_rows_length(tiny_target_dir, regen_data, tmp_path):
     """The packed layout stores each row only up to its last supervised column: reads give exactly the target's
     features there and zeros after, and the cache is smaller than rows × the data's longest length."""

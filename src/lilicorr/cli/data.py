@@ -56,7 +56,14 @@ def _features(args: argparse.Namespace) -> int:
         else default_layer_ids_for(cfg.get("num_hidden_layers") or cfg["text_config"]["num_hidden_layers"])
     )
     meta = extract_features(
-        args.target, args.data, args.out, layers, args.batch_size, dtype=args.dtype, device=resolve_device(args.device)
+        args.target,
+        args.data,
+        args.out,
+        layers,
+        args.batch_size,
+        dtype=args.dtype,
+        device=resolve_device(args.device),
+        max_sequences=args.max_sequences,
     )
     print(json.dumps(meta, indent=2))
     return 0
@@ -121,5 +128,8 @@ def register(sub) -> None:
     s.add_argument("--out", required=True, help="cache folder (shards; resumable)")
     s.add_argument("--target-layer-ids", default=None, help="comma-separated (default: the trainer's default)")
     s.add_argument("--batch-size", type=int, default=4)
+    s.add_argument(
+        "--max-sequences", type=int, default=0, help="only the shards covering the first N rows (0: all); extendable"
+    )
     add_runtime_args(s, dtype="bfloat16", dtypes=("float32", "bfloat16"))
     s.set_defaults(func=_features)

@@ -66,7 +66,11 @@ def extract_features(
     shard_size: int = 64,
     dtype: str = "bfloat16",
     device: str = "cpu",
+    max_sequences: int = 0,
 ) -> dict:
+    """Cache the target's taps for ``data_path`` in ``out_dir``, shard by shard (resumable). With
+    ``max_sequences`` only the shards covering the first N rows are made now (a trainer's
+    ``--max-sequences N`` needs no more); the meta stays that of the whole file, so a later call extends it."""
     from lilicorr.runtime.runtime import TargetRuntime
     from lilicorr.training.regenerate import load_regenerated
 
@@ -99,7 +103,8 @@ def extract_features(
         raise ValueError(f"{old}: written for other data, target or layers; use a new --out or delete it")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(old, json.dumps(meta, indent=2) + "\n")
-    n_shards = (len(tokens) + shard_size - 1) // shard_size
+    wanted = min(len(tokens), max_sequences) if max_sequences > 0 else len(tokens)
+    n_shards = (wanted + shard_size - 1) // shard_size
     store_dtype = getattr(torch, dtype)  # bf16 halves the cache; fp32 keeps online training bit-comparable
     log_path = out / "extraction.json"  # per shard: positions, seconds, bytes (the rate and disk use reported)
     log = json.loads(log_path.read_text()) if log_path.exists() else {}  # shard name -> its entry
