@@ -1,6 +1,7 @@
 """Bench pieces: resuming from finished parts, draft-length variants, long-context prompts."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -137,3 +138,18 @@ def test_sweep_context_prompts_end_with_their_own_question():
     # the other prompts go before each one (as earlier turns), cut from the left: each ends with its own
     assert got == [[3, 6, 4, 5, 1, 2, 3], [5, 1, 2, 3, 6, 4, 5], [6, 4, 5, 1, 2, 3, 6]]
     assert context_prompts([[1, 2, 3, 4]], 2) == [[3, 4]]
+
+
+def test_default_arm_is_exactly_the_shipped_default(tiny_target_dir, drafts):
+    """`NAME:default` measures what `generate --draft NAME` / `make run` / `serve` run, and stays lossless."""
+    from lilicorr.decoding.config import default_config
+
+    by_name = {a.name: a for a in default_variants(drafts)}
+    for d in drafts:
+        cfg = default_config(d)
+        arm = by_name[f"{Path(d).name}:default"]
+        assert arm.method == cfg.pop("method") and arm.draft == cfg.pop("model") == d
+        assert arm.enable_adaptive_verification == cfg.pop("enable_adaptive_verification", False)
+        assert arm.options == cfg
+    res = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 6, arms=[by_name["ar"], by_name["lc:default"]])
+    assert all(r.get("identical_to_ar", True) for r in res["runs"])

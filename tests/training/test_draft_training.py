@@ -1,6 +1,7 @@
 import math
 import os
 import socket
+from pathlib import Path
 
 import pytest
 import torch
@@ -508,3 +509,22 @@ def test_init_from_target_copies_the_last_layers_and_final_norm(tiny_target_dir,
         plain.state_dict()["layers.1.self_attn.q_proj.weight"], src[f"model.layers.{n - 1}.self_attn.q_proj.weight"]
     )
     assert torch.equal(plain.fc.weight, model.fc.weight)  # the fusion has no counterpart: same random init
+
+
+def test_draft_card_records_merged_data_the_rows_used_and_the_curve(tiny_target_dir, regen_data, tmp_path):
+    """A drafter trained on a prefix of a merged file: its card names the merge and its inputs, the rows it
+    trained on, the training vocabulary, and the held-out curve of its run folder."""
+    from lilicorr.training.draft_card import write_draft_card
+    from lilicorr.training.merge import merge_data
+
+    merged = tmp_path / "merged.safetensors"
+    merge_data([str(regen_data), str(regen_data)], str(merged))
+    cfg = _cfg(tiny_target_dir, merged, tmp_path / "df", "dflash", steps=6, val_every=2, max_sequences=24)
+    cfg.train_vocab = 64
+    train_draft(cfg)
+    write_draft_card(tmp_path / "df", None, Path(f"{merged}.json"))
+    card = (tmp_path / "df" / "MODEL_CARD.md").read_text()
+    assert f"lilicorr data merge {regen_data} {regen_data} --out {merged}" in card
+    assert "first 24 of 80 rows (the first 8 held out)" in card and "64-token training vocabulary" in card
+    curve = card[card.index("| step | positions (M)") :].splitlines()[2:]
+    assert [row.split(" | ")[0] for row in curve] == ["| 2", "| 4", "| 6"]

@@ -42,6 +42,60 @@ def _data_command(dc: dict) -> str:
     return command_line("lilicorr data regenerate", RegenConfig, {**dc, "threads": 2, "device": "cpu"})
 
 
+def _data_rows(tc: dict, meta: dict) -> list[str]:
+    """The card's data rows: a regenerated file (its command), or a merged one (``lilicorr data merge``:
+    its inputs, each with its own data card or command); the rows trained on when ``--max-sequences``."""
+    used = (
+        f"first {tc['max_sequences']} of {meta['sequences']} rows (the first {tc.get('val_sequences', 64)} held out)"
+        if tc.get("max_sequences")
+        else f"{meta['sequences']} rows"
+    )
+    if "inputs" not in meta:
+        return [
+            f"| data | `{tc['data']}`: {used} × {meta['length']} tokens ({meta['sampled_sequences']} continued at "
+            f"T=1, the rest greedily), sha256[:16] `{meta['sha256_16']}` |",
+            f"| data command | `{_data_command(meta['config'])}` |",
+        ]
+    parts = []
+    for item in meta["inputs"]:
+        own = Path(f"{item['input']}.json")
+        card = json.loads(own.read_text()).get("config", {}).get("card") if own.exists() else None
+        parts.append(f"`{item['input']}` ({item['rows']} rows{f', card `{card}/DATA_CARD.md`' if card else ''})")
+    merge = " ".join(["lilicorr data merge", *(i["input"] for i in meta["inputs"]), "--out", tc["data"]])
+    return [
+        f"| data | `{tc['data']}`: {used} × {meta['length']} tokens, {meta.get('answer_tokens', '?')} answer tokens "
+        f"in the whole file, sha256[:16] `{meta['sha256_16']}` |",
+        f"| data command | `{merge}`, rows in order from {', '.join(parts)} |",
+    ]
+
+
+def _curve_rows(run_dir: str | None) -> list[str]:
+    """The held-out learning curve of the run (its ``train.log``), when the run folder is here."""
+    from lilicorr.training.curves import read_curve
+
+    if not run_dir or not (Path(run_dir) / "train.log").exists():
+        return []
+    pts = read_curve(run_dir)
+    if not pts:
+        return []
+    rows = []
+    for i in sorted({round(k * (len(pts) - 1) / 8) for k in range(9)}):  # nine points, first and last included
+        p = pts[i]
+        pos = f"{p['positions'] / 1e6:.2f}" if p.get("positions") else "—"
+        acc = f"{p['slot1_acc']:.3f}" if p.get("slot1_acc") is not None else "—"
+        same = f"{p['neighbour_same']:.3f}" if p.get("neighbour_same") is not None else "—"
+        rows.append(f"| {p['step']} | {pos} | {p['minutes']:.1f} | {p['tau']:.3f} | {acc} | {same} |")
+    return [
+        "",
+        f"Learning curve (held-out validation during training; run folder `{run_dir}`, plotted by "
+        f"`lilicorr report --curves {run_dir} --out PNG`):",
+        "",
+        "| step | positions (M) | minutes | τ estimate | slot-1 acc | neighbour same |",
+        "|---|---|---|---|---|---|",
+        *rows,
+    ]
+
+
 def _categories(bench: dict) -> str:
     counts: dict[str, int] = {}
     for r in bench["runs"][0].get("per_request", []):
@@ -111,15 +165,15 @@ def write_draft_card(
         "| item | value |",
         "|---|---|",
         f"| seed | {tc['seed']} |",
-        f"| data | `{tc['data']}`: {meta['sequences']} sequences × {meta['length']} tokens "
-        f"({meta['sampled_sequences']} continued at T=1, the rest greedily), sha256[:16] `{meta['sha256_16']}` |",
-        f"| data command | `{_data_command(meta['config'])}` |",
+        *_data_rows(tc, meta),
         *(
             [f"| target features | cached once by `lilicorr data features` in `{tc['features']}` (bf16), shared |"]
             if tc.get("features")
             else []
         ),
-        f"| steps × batch × anchors | {summary['steps']} × {tc['batch_size']} × {tc['anchors']} |",
+        f"| steps × batch × anchors | {summary['steps']} × {tc['batch_size']} × {tc['anchors']}"
+        + (f"; logits over a {tc['train_vocab']}-token training vocabulary" if tc.get("train_vocab") else "")
+        + " |",
         f"| optimiser | AdamW fp32 master weights, lr {tc['lr']}, warm-up {tc['warmup_ratio']}, cosine, clip "
         f"{tc['grad_clip']} ({'backbone and head separately' if tc.get('clip_per_module') else 'one global norm'}), "
         f"{'bf16 autocast' if tc.get('bf16', True) else 'fp32'}; DFlash γ {tc['gamma']} |",
@@ -137,6 +191,7 @@ def write_draft_card(
         "`slot_acc`: per-slot top-1 accuracy; `top1_prefix`: mean accepted prefix of per-slot argmax drafts; "
         "`walk_prefix`: the same for the head's greedy walk; `oracle_prefix`: prefix while the truth is in the "
         "top-K lattice (upper bound for any walk); `in_lattice`: truth-in-lattice rate per slot.",
+        *_curve_rows(tc.get("run_dir")),
     ]
     if bench is not None:
         b = json.loads(Path(bench).read_text())
