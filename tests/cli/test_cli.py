@@ -273,7 +273,7 @@ def test_generate_with_draft_alone_runs_the_default_configuration(tiny_target_di
     args = ["generate", "--target", str(tiny_target_dir), "--draft", str(tmp_path / "d"), "--prompt", "import os"]
     assert main([*args, "--max-new-tokens", "8", "--compare-ar", "--json"]) == 0
     rec = json.loads(capsys.readouterr().out.strip().splitlines()[0])
-    assert rec["method"] == FASTEST["lilicorr"][0] and rec["ar_identical"] is True
+    assert rec["method"] == FASTEST["lilicorr"]["method"] and rec["ar_identical"] is True
     assert main([*args, "--max-new-tokens", "4", "--json", "--num-speculative-tokens", "2"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[0])["method"] == "lilicorr"
 

@@ -72,12 +72,12 @@ def test_the_default_configuration_is_lossless_on_smollm2(smollm2):
     """`generate --draft` / `make run` / `serve`'s default (methods.FASTEST: the LiLiCorr tree with the
     prompt-lookup graft) gives the target's own greedy text on the real target (fp32), batch 1 and 2."""
     from lilicorr.decoding.build import build_engine
-    from lilicorr.decoding.config import FASTEST
+    from lilicorr.decoding.config import default_config, parse_speculative_config
 
     target, drafts = smollm2
     ref = build_engine(target).generate(_reqs(target))
-    method, options = FASTEST["lilicorr"]
-    engine = build_engine(target, SpecConfig(method=method, options=dict(options)), drafts["smollm2-lilicorr"])
+    spec = parse_speculative_config(default_config("models/smollm2-lilicorr"))
+    engine = build_engine(target, spec, drafts["smollm2-lilicorr"])
     reqs = engine.generate(_reqs(target)[:1]) + engine.generate(_reqs(target)[1:3]) + engine.generate(_reqs(target)[3:])
     assert [r.output_ids for r in reqs] == [r.output_ids for r in ref]
     assert engine.stats.tau > 1.3, engine.stats.tau

@@ -84,10 +84,13 @@ def _folder_kind(draft_dir: str | Path | None) -> str | None:
 # The fastest lossless configuration measured per drafter kind (the table and its command are in the
 # speed results): what `generate --draft` alone, `make run` and a bare `lilicorr serve` use. The library's
 # own default (``SpecConfig(method=None)``, a vLLM config with ``method: "dflash"``) stays vLLM's rule.
+# Adaptive verification makes the default fall back towards plain steps where drafting does not pay (a weak
+# drafter, a machine whose verify costs more than its drafts return): each step verifies only the prefix of
+# the tree that pays, none at all (a plain step, then a pause in drafting) when nothing does.
 LOOKUP_ON = {"prompt_lookup_max": 4, "prompt_lookup_min": 1}  # the trees' prompt-lookup graft: ngram's defaults
-FASTEST: dict[str, tuple[str, dict[str, int | str]]] = {
-    "lilicorr": ("lilicorr-tree", {"tree_budget": 16, **LOOKUP_ON}),
-    "dflash": ("ddtree", {"tree_budget": 16, **LOOKUP_ON}),
+FASTEST: dict[str, dict[str, int | str | bool]] = {
+    "lilicorr": {"method": "lilicorr-tree", "tree_budget": 16, **LOOKUP_ON, "enable_adaptive_verification": True},
+    "dflash": {"method": "ddtree", "tree_budget": 16, **LOOKUP_ON, "enable_adaptive_verification": True},
 }
 
 
@@ -98,8 +101,7 @@ def default_config(draft_dir: str | Path) -> dict:
     from lilicorr.checkpoint import read_draft_config
 
     kind = _folder_kind(draft_dir) or ("lilicorr" if read_draft_config(draft_dir).lilicorr else "dflash")
-    method, options = FASTEST.get(kind, (kind, {}))
-    return {"method": method, "model": str(draft_dir), **options}
+    return {"method": kind, **FASTEST.get(kind, {}), "model": str(draft_dir)}
 
 
 def parse_speculative_config(cfg: dict) -> SpecConfig:

@@ -33,6 +33,7 @@ def read_curve(run_dir: str | Path) -> list[dict]:
                 "tau": val["tau_top1_estimate"],
                 "neighbour_same": val.get("neighbour_same"),
                 "slot1_acc": val["slot_acc"][0] if val.get("slot_acc") else None,
+                "walk_tau": 1 + val["walk_prefix"] if val.get("walk_prefix") is not None else None,  # LiLiCorr
             }
         )
     return points

@@ -78,20 +78,24 @@ def _curve_rows(run_dir: str | None) -> list[str]:
     pts = read_curve(run_dir)
     if not pts:
         return []
+    walk = any(p.get("walk_tau") is not None for p in pts)
     rows = []
     for i in sorted({round(k * (len(pts) - 1) / 8) for k in range(9)}):  # nine points, first and last included
         p = pts[i]
         pos = f"{p['positions'] / 1e6:.2f}" if p.get("positions") else "—"
         acc = f"{p['slot1_acc']:.3f}" if p.get("slot1_acc") is not None else "—"
         same = f"{p['neighbour_same']:.3f}" if p.get("neighbour_same") is not None else "—"
-        rows.append(f"| {p['step']} | {pos} | {p['minutes']:.1f} | {p['tau']:.3f} | {acc} | {same} |")
+        head = f" {p['walk_tau']:.3f} |" if walk else ""
+        rows.append(f"| {p['step']} | {pos} | {p['minutes']:.1f} | {p['tau']:.3f} |{head} {acc} | {same} |")
     return [
         "",
         f"Learning curve (held-out validation during training; run folder `{run_dir}`, plotted by "
         f"`lilicorr report --curves {run_dir} --out PNG`):",
         "",
-        "| step | positions (M) | minutes | τ estimate | slot-1 acc | neighbour same |",
-        "|---|---|---|---|---|---|",
+        "| step | positions (M) | minutes | τ estimate |"
+        + (" τ estimate, head's walk |" if walk else "")
+        + " slot-1 acc | neighbour same |",
+        "|---|---|---|---|" + ("---|" if walk else "") + "---|---|",
         *rows,
     ]
 
