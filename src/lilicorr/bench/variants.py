@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lilicorr.decoding.build import build_engine
-from lilicorr.decoding.config import LOOKUP_ON, SpecConfig, default_config
+from lilicorr.decoding.config import LOOKUP_ON, SpecConfig, default_config, parse_speculative_config
 from lilicorr.decoding.engine import SpecEngine
 from lilicorr.decoding.methods import get_method
 from lilicorr.models.arms import arm_kind
@@ -73,11 +73,14 @@ def default_variants(drafts: list[str]) -> list[Variant]:
 def default_variant(draft: str) -> Variant:
     """``NAME:default``: exactly what `generate --draft NAME`, `make run` and `serve` run for the folder
     (``decoding.config.default_config``), so the shipped default is itself measured."""
-    cfg = default_config(draft)
-    adaptive = bool(cfg.pop("enable_adaptive_verification", False))
-    method = cfg.pop("method")
-    cfg.pop("model")
-    return Variant(f"{Path(draft).name}:default", method, draft, enable_adaptive_verification=adaptive, options=cfg)
+    spec = parse_speculative_config(default_config(draft))  # the same parse `generate` applies to it
+    return Variant(
+        f"{Path(draft).name}:default",
+        spec.method or "dflash",
+        draft,
+        enable_adaptive_verification=spec.enable_adaptive_verification,
+        options=dict(spec.options),
+    )
 
 
 def with_draft_lengths(arms: list[Variant], lengths: list[int]) -> list[Variant]:
