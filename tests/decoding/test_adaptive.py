@@ -4,13 +4,13 @@ sampling distribution) while the verified prefix really varies."""
 import pytest
 import torch
 
-from lilicorr.decoding.adaptive import AdaptiveWidth, CostModel
+from lilicorr.decoding.adaptive import AdaptiveWidth, CostModel, DraftGate
 from lilicorr.decoding.build import build_engine
 from lilicorr.decoding.config import SpecConfig
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from tests.decoding.engine_helpers import random_draft
-from tests.decoding.test_engine_greedy import _greedy_no_cache, _prompts, _requests
+from tests.decoding.test_engine_greedy import MAX_TOKENS, _greedy_no_cache, _prompts, _requests
 from tests.decoding.test_engine_sampling import ALPHA, PROMPT, SAMPLES, V, exact_distribution, p_value
 
 
@@ -64,6 +64,7 @@ def _joint_counts(engine) -> torch.Tensor:
 
 def _varying(engine):
     engine.adaptive = RandomWidth(engine.adaptive.n, engine.adaptive.cost, tree=engine.adaptive.tree)
+    engine.gate = None  # every step drafts, so every random width is exercised (the gate has its own tests)
     return engine
 
 
@@ -182,3 +183,59 @@ def test_auto_tree_budget(tiny_target):
         tiny_target, SpecConfig(method="ddtree", options={"tree_budget": 8}), random_draft(tiny_target, lilicorr=False)
     )
     assert fixed.adaptive is None
+
+
+def _steps(gate: DraftGate, n: int, drafted_tokens: int, chose_none: bool = False) -> str:
+    """``n`` engine steps on a machine where a plain step returns 2 tokens/s and a drafting step
+    ``drafted_tokens`` per second: "D" where the gate let the drafter run, "." where not."""
+    seen = ""
+    for _ in range(n):
+        if gate.should_draft():
+            gate.record(True, seconds=1.0, tokens=drafted_tokens, chose_none=chose_none)
+            seen += "D"
+        else:
+            gate.record(False, seconds=0.5, tokens=1)
+            seen += "."
+    return seen
+
+
+def test_gate_pauses_longer_while_drafting_measures_slower():
+    gate = DraftGate(max_pause=8, unsure_pause=2)
+    # no plain rate yet: one plain step measures it; then drafting at 1 token/s loses to 2: pauses double
+    assert _steps(gate, 30, drafted_tokens=1) == "D.D.D..D....D........D........D"[:30]
+    # drafting now returns 4 tokens/s: two probes lift the running mean above plain, pauses stop, and after
+    # max_pause drafting steps one plain step refreshes the plain rate
+    assert _steps(gate, 20, drafted_tokens=4) == "D........DDDDDDDD.DD"
+    assert gate.backoff == 0 and gate.rate(True) > gate.rate(False)
+    # the width rule said "no drafts" while drafting pays on average: short pauses, capped at unsure_pause
+    assert _steps(gate, 8, drafted_tokens=4, chose_none=True) == "D.D..D.."
+
+
+def test_gate_refreshes_the_plain_rate():
+    gate = DraftGate(max_pause=4)
+    assert _steps(gate, 12, drafted_tokens=3) == "D.DDDD.DDDD."  # a plain step after max_pause drafting steps
+
+
+def test_slow_drafter_falls_back_to_plain_steps(tiny_target, monkeypatch):
+    """A drafter made measurably slow (a sleep in its pass) whose drafts the width rule would still verify:
+    the gate turns most steps into plain ones, and the output is still the target's own."""
+    import time
+
+    prompts = _prompts(2)
+    ref = [_greedy_no_cache(tiny_target.model, p, MAX_TOKENS) for p in prompts]
+    cfg = SpecConfig(method="dflash", enable_adaptive_verification=True)
+    engine = build_engine(tiny_target, cfg, random_draft(tiny_target, lilicorr=False))
+    engine.adaptive.cost = CostModel(base=1.0, per_token=0.0)  # verify width looks free: the rule drafts fully
+    slow = engine._draft
+
+    def sleepy(*args, **kwargs):
+        time.sleep(0.1)
+        return slow(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "_draft", sleepy)
+    drafting_steps = []
+    record = engine.gate.record
+    monkeypatch.setattr(engine.gate, "record", lambda d, *a, **k: (drafting_steps.append(d), record(d, *a, **k)))
+    reqs = engine.generate(_requests(prompts))
+    assert [r.output_ids for r in reqs] == ref
+    assert len(drafting_steps) >= 12 and sum(drafting_steps) <= len(drafting_steps) // 2

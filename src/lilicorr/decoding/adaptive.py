@@ -156,3 +156,66 @@ class AdaptiveWidth:
             }
             for j, (r, p, a) in enumerate(zip(self.reached, self.predicted, self.realised, strict=True))
         ]
+
+
+@dataclass
+class DraftGate:
+    """Whether the next step runs the drafter at all, from the throughput the engine actually gets.
+
+    ``AdaptiveWidth`` picks a width from predictions (calibrated confidence, a cost curve measured once),
+    and it can only choose W = 0 after the drafter has run: where the drafter's own pass costs more than
+    its accepted tokens return (a weak drafter on a CPU), every drafting step loses to a plain one. The
+    gate compares what was measured — tokens per second over the recent steps that ran the drafter
+    against those of plain steps (running means of tokens and of seconds) — and pauses drafting for
+    1, 2, 4, … steps, up to ``max_pause`` while drafting measures slower than plain decoding and up to
+    ``unsure_pause`` when only the width rule said "no drafts this step". The one drafting step
+    between pauses is the probe that notices when drafting pays again; a plain step is forced once at
+    the start and after every ``max_pause`` drafting steps, so the plain rate is never missing or
+    stale. Lossless by construction: it decides only whether a step drafts, never what is accepted."""
+
+    max_pause: int = 64
+    unsure_pause: int = 8
+    smoothing: float = 0.3  # weight of the newest step in the running means
+    skip: int = 0  # plain steps left before the drafter runs again
+    backoff: int = 0  # length of the latest pause (doubles while drafting loses)
+    since_plain: int = 0  # drafting steps since the last plain one
+    drafted: list[float] = field(default_factory=list)  # running mean [tokens, seconds] of drafting steps
+    plain: list[float] = field(default_factory=list)  # running mean [tokens, seconds] of plain steps
+
+    def should_draft(self) -> bool:
+        """False: run this step without the drafter (one plain target step)."""
+        if self.skip:
+            self.skip -= 1
+            return False
+        return True
+
+    def _mean(self, acc: list[float], tokens: int, seconds: float) -> None:
+        if not acc:
+            acc.extend([float(tokens), seconds])
+            return
+        a = self.smoothing
+        acc[0], acc[1] = (1 - a) * acc[0] + a * tokens, (1 - a) * acc[1] + a * seconds
+
+    def rate(self, drafted: bool) -> float | None:
+        """Tokens per second of drafting (or plain) steps, None before the first one."""
+        acc = self.drafted if drafted else self.plain
+        return acc[0] / max(acc[1], 1e-9) if acc else None
+
+    def record(self, drafted: bool, seconds: float, tokens: int, chose_none: bool = False) -> None:
+        """One finished step: did the drafter run, its wall time, tokens emitted over the batch, and
+        whether the width rule chose no drafts after all."""
+        if not drafted:
+            self._mean(self.plain, tokens, seconds)
+            self.since_plain = 0
+            return
+        self._mean(self.drafted, tokens, seconds)
+        self.since_plain += 1
+        plain, spec = self.rate(False), self.rate(True)
+        slower = plain is not None and spec is not None and spec < plain
+        if slower or chose_none:
+            self.backoff = min(2 * self.backoff or 1, self.max_pause if slower else self.unsure_pause)
+            self.skip = self.backoff
+        else:
+            self.backoff = 0
+            if plain is None or self.since_plain >= self.max_pause:
+                self.skip = 1  # measure (or refresh) the plain rate

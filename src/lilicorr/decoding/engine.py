@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lilicorr.decoding.adaptive import AdaptiveWidth, CostModel
+from lilicorr.decoding.adaptive import AdaptiveWidth, CostModel, DraftGate
 from lilicorr.decoding.config import SpecConfig, draft_length
 from lilicorr.decoding.draft_cache import DraftContextCache
 from lilicorr.decoding.proposal import DraftOutput, Proposal, Proposer
@@ -61,12 +61,13 @@ class SpecEngine:
         else:  # a model-free proposer (ar: 0 tokens; ngram: its own count)
             self.n = self.proposer.n
         self.adaptive: AdaptiveWidth | None = None
-        self._skip = self._backoff = 0  # adaptive: AR steps left before drafting again, and the next pause
+        self.gate: DraftGate | None = None  # adaptive: whether a step runs the drafter at all (measured)
         self._draft_cost: float | None = None  # adaptive: seconds the drafter takes per step (running mean)
         nodes = max(self.proposer.tree_budget - 1, 0)  # a tree's drafted nodes; 0 for chains
         if self.proposer.needs_draft and self.n and (config.enable_adaptive_verification or self.proposer.auto_budget):
             width = nodes or self.n
             self.adaptive = AdaptiveWidth(width, CostModel.measure(target, width + 1), tree=bool(nodes))
+            self.gate = DraftGate()
         self.decode = target.tokenizer.decode
         self.timer = StageTimer()
         self.stats = SpecStats()
@@ -161,12 +162,13 @@ class SpecEngine:
             return []
         assert self.tstate is not None
         n = self.n
-        drafted = n > 0 and self.proposer.needs_draft  # a drafter model runs: it needs taps and its context
+        drafted = n > 0 and self.proposer.needs_draft  # a drafter model is in use: it needs taps and its context
         start = self.tstate.lengths.clone()  # [batch]: position of each pending token
         pending = torch.tensor([s.pending for s in self.seqs])
         temps = torch.tensor([s.request.params.temperature for s in self.seqs])
         t_draft = time.perf_counter()
-        proposal = self._propose(pending, start, temps) if n and not self._pause() else None
+        drafting = bool(n) and (self.gate is None or self.gate.should_draft())
+        proposal = self._propose(pending, start, temps) if drafting else None
         conf, width = None, None
         if self.adaptive is not None and proposal is not None:
             with self.timer.stage("other"):
@@ -175,7 +177,7 @@ class SpecEngine:
                 conf = proposal.confidence
                 width = self.adaptive.choose(conf, self._draft_cost)
                 self.stats.num_proposed_tokens += proposal.tokens.numel()
-                proposal = self._adapt(proposal, width)
+                proposal = self._verified_part(proposal, width)
         with self.timer.stage("target_verify"):
             out = self._verify_forward(pending, proposal, drafted)
         with self.timer.stage("other"):
@@ -199,24 +201,17 @@ class SpecEngine:
                 s.request.commit(v.tokens, self.decode, out.logits[i, v.path])  # token j ← verify position path[j]
                 emitted.append((s.request, s.request.output_ids[before:]))
                 s.pending = v.tokens[-1]
+            if self.gate is not None:
+                tokens = sum(len(v.tokens) for v in verdicts)
+                self.gate.record(drafting, time.perf_counter() - t_draft, tokens, chose_none=drafting and not width)
             self._drop_finished()
         return emitted
 
-    def _pause(self) -> bool:
-        """Adaptive verification chose no drafts: skip the drafter for a few steps (doubling, up to 8)."""
-        if self._skip:
-            self._skip -= 1
-            return True
-        return False
-
-    def _adapt(self, proposal: Proposal, width: int) -> Proposal | None:
-        """The verified prefix of the chain or best-first tree (None: an AR step, and a pause before
-        drafting again)."""
+    @staticmethod
+    def _verified_part(proposal: Proposal, width: int) -> Proposal | None:
+        """The prefix of the chain or best-first tree that adaptive verification sends (None: an AR step)."""
         if width == 0:
-            self._backoff = min(2 * self._backoff or 1, 8)
-            self._skip = self._backoff
             return None
-        self._backoff = 0
         return proposal if width == proposal.tokens.shape[1] else proposal.prefix(width)
 
     def _verify_forward(self, pending: torch.Tensor, proposal: Proposal | None, drafted: bool):
