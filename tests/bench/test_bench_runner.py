@@ -109,6 +109,14 @@ def test_hf_generate_baseline_matches_engine_ar(tiny_target):
     ar = run_variant(tiny_target, Variant("ar", "ar"), prompts, 0.0, 12, {})
     assert hf["outputs"] == ar["outputs"] and all(len(v) == 12 for v in hf["outputs"].values())
     assert hf["tokens_per_s"] > 0
+    # an answer that reaches the model's EOS early: generate() must run on past it, like the engine's AR
+    model = tiny_target.model
+    saved = model.config.eos_token_id, model.generation_config.eos_token_id
+    model.config.eos_token_id = model.generation_config.eos_token_id = ar["outputs"]["a"][1]
+    try:
+        assert hf_generate_baseline(tiny_target, prompts, 12)["outputs"] == ar["outputs"]
+    finally:
+        model.config.eos_token_id, model.generation_config.eos_token_id = saved
 
 
 def test_tree_budget_variants_and_pooled_sweep(tiny_target_dir, drafts):

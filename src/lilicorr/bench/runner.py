@@ -257,7 +257,9 @@ def hf_generate_baseline(target: TargetRuntime, prompts: list[dict], max_tokens:
     import copy
 
     cfg = copy.deepcopy(target.model.generation_config)
-    cfg.eos_token_id, cfg.pad_token_id, cfg.do_sample = None, 0, False
+    # EOS ignored: an empty list, not None — transformers 5 fills a None eos_token_id from the model config
+    # and stopped there, which made the identity check read "NO" for an answer that reached EOS early
+    cfg.eos_token_id, cfg.pad_token_id, cfg.do_sample = [], 0, False
     cfg.temperature = cfg.top_p = cfg.top_k = None
     cfg.max_new_tokens, cfg.min_new_tokens = max_tokens, 0
     outputs, n, secs = {}, 0, 0.0
