@@ -211,6 +211,17 @@ def test_gate_pauses_longer_while_drafting_measures_slower():
     assert _steps(gate, 8, drafted_tokens=4, chose_none=True) == "D.D..D.."
 
 
+def test_gate_compares_rates_at_the_same_batch_size():
+    gate = DraftGate()
+    gate.record(False, seconds=1.0, tokens=1, batch=1)  # plain at batch 1: 1 token/s
+    gate.record(True, seconds=1.0, tokens=6, batch=8)  # drafting at batch 8: no plain rate there yet
+    assert gate.skip == 1 and gate.rate(False, 8) is None and gate.rate(True, 9) == 6.0  # 8–15 share a bucket
+    gate.skip = 0
+    gate.record(False, seconds=1.0, tokens=8, batch=8)  # plain at batch 8 is faster than drafting there
+    gate.record(True, seconds=1.0, tokens=6, batch=8)
+    assert gate.skip == 1 and gate.backoff == 1  # paused, although drafting beats batch 1's plain rate
+
+
 def test_gate_refreshes_the_plain_rate():
     gate = DraftGate(max_pause=4)
     assert _steps(gate, 12, drafted_tokens=3) == "D.DDDD.DDDD."  # a plain step after max_pause drafting steps

@@ -179,8 +179,10 @@ class DraftGate:
     skip: int = 0  # plain steps left before the drafter runs again
     backoff: int = 0  # length of the latest pause (doubles while drafting loses)
     since_plain: int = 0  # drafting steps since the last plain one
-    drafted: list[float] = field(default_factory=list)  # running mean [tokens, seconds] of drafting steps
-    plain: list[float] = field(default_factory=list)  # running mean [tokens, seconds] of plain steps
+    # running means [tokens, seconds] of drafting / plain steps, per batch-size bucket (1, 2–3, 4–7, …): a
+    # server's batch changes as requests come and go, and a rate is only comparable at the same size
+    drafted: dict[int, list[float]] = field(default_factory=dict)
+    plain: dict[int, list[float]] = field(default_factory=dict)
 
     def should_draft(self) -> bool:
         """False: run this step without the drafter (one plain target step)."""
@@ -189,28 +191,33 @@ class DraftGate:
             return False
         return True
 
-    def _mean(self, acc: list[float], tokens: int, seconds: float) -> None:
+    @staticmethod
+    def _bucket(batch: int) -> int:
+        return 1 << (max(batch, 1).bit_length() - 1)
+
+    def _mean(self, means: dict[int, list[float]], batch: int, tokens: int, seconds: float) -> None:
+        acc = means.setdefault(self._bucket(batch), [])
         if not acc:
             acc.extend([float(tokens), seconds])
             return
         a = self.smoothing
         acc[0], acc[1] = (1 - a) * acc[0] + a * tokens, (1 - a) * acc[1] + a * seconds
 
-    def rate(self, drafted: bool) -> float | None:
-        """Tokens per second of drafting (or plain) steps, None before the first one."""
-        acc = self.drafted if drafted else self.plain
+    def rate(self, drafted: bool, batch: int = 1) -> float | None:
+        """Tokens per second of drafting (or plain) steps at this batch size, None before the first one."""
+        acc = (self.drafted if drafted else self.plain).get(self._bucket(batch))
         return acc[0] / max(acc[1], 1e-9) if acc else None
 
-    def record(self, drafted: bool, seconds: float, tokens: int, chose_none: bool = False) -> None:
-        """One finished step: did the drafter run, its wall time, tokens emitted over the batch, and
-        whether the width rule chose no drafts after all."""
+    def record(self, drafted: bool, seconds: float, tokens: int, chose_none: bool = False, batch: int = 1) -> None:
+        """One finished step: did the drafter run, its wall time, tokens emitted over the batch, whether
+        the width rule chose no drafts after all, and the batch size."""
         if not drafted:
-            self._mean(self.plain, tokens, seconds)
+            self._mean(self.plain, batch, tokens, seconds)
             self.since_plain = 0
             return
-        self._mean(self.drafted, tokens, seconds)
+        self._mean(self.drafted, batch, tokens, seconds)
         self.since_plain += 1
-        plain, spec = self.rate(False), self.rate(True)
+        plain, spec = self.rate(False, batch), self.rate(True, batch)
         slower = plain is not None and spec is not None and spec < plain
         if slower or chose_none:
             self.backoff = min(2 * self.backoff or 1, self.max_pause if slower else self.unsure_pause)

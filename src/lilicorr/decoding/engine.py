@@ -203,7 +203,8 @@ class SpecEngine:
                 s.pending = v.tokens[-1]
             if self.gate is not None:
                 tokens = sum(len(v.tokens) for v in verdicts)
-                self.gate.record(drafting, time.perf_counter() - t_draft, tokens, chose_none=drafting and not width)
+                seconds = time.perf_counter() - t_draft
+                self.gate.record(drafting, seconds, tokens, chose_none=drafting and not width, batch=len(verdicts))
             self._drop_finished()
         return emitted
 
