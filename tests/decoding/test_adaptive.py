@@ -250,3 +250,4 @@ def test_slow_drafter_falls_back_to_plain_steps(tiny_target, monkeypatch):
     reqs = engine.generate(_requests(prompts))
     assert [r.output_ids for r in reqs] == ref
     assert len(drafting_steps) >= 12 and sum(drafting_steps) <= len(drafting_steps) // 2
+    assert engine.stats.num_paused_steps == drafting_steps.count(False) > 0

@@ -56,6 +56,7 @@ def test_models_health_metrics(server):
         "vllm:time_to_first_token_seconds_bucket",
         "vllm:inter_token_latency_seconds_bucket",
         "vllm:request_success_total",
+        "lilicorr:spec_decode_num_paused_steps_total",
     ):
         assert name in text, name
     drafts = [line for line in text.splitlines() if line.startswith("vllm:spec_decode_num_drafts_total")]

@@ -186,6 +186,7 @@ def run_generate(args: argparse.Namespace) -> int:
         if engine.adaptive is not None:  # predicted vs realised acceptance per draft position
             summary["num_verified_tokens"] = engine.stats.num_draft_tokens
             summary["num_proposed_tokens"] = engine.stats.num_proposed_tokens
+            summary["num_paused_steps"] = engine.stats.num_paused_steps
             summary["adaptive_calibration"] = engine.adaptive.calibration()
         if ar_engine is not None:
             ar_tps = totals["ar_tokens"] / max(totals["ar_s"], 1e-9)

@@ -202,6 +202,7 @@ class SpecEngine:
                 emitted.append((s.request, s.request.output_ids[before:]))
                 s.pending = v.tokens[-1]
             if self.gate is not None:
+                self.stats.num_paused_steps += not drafting
                 tokens = sum(len(v.tokens) for v in verdicts)
                 seconds = time.perf_counter() - t_draft
                 self.gate.record(drafting, seconds, tokens, chose_none=drafting and not width, batch=len(verdicts))

@@ -24,6 +24,8 @@ class SpecStats:
     acceptance_histogram: list[int] = field(default_factory=list)  # [a] = steps that accepted a drafts
     # adaptive verification: draft tokens the drafter made (num_draft_tokens counts those sent to the target)
     num_proposed_tokens: int = 0
+    # adaptive verification: engine steps the draft gate ran without the drafter (drafting measured slower)
+    num_paused_steps: int = 0
 
     def record(self, drafted: int, accepted: int) -> None:
         self.num_drafts += 1
@@ -42,6 +44,7 @@ class SpecStats:
         self.num_draft_tokens += other.num_draft_tokens
         self.num_accepted_tokens += other.num_accepted_tokens
         self.num_proposed_tokens += other.num_proposed_tokens
+        self.num_paused_steps += other.num_paused_steps
         for name in ("accepted_per_position", "acceptance_histogram"):
             mine, theirs = getattr(self, name), getattr(other, name)
             if len(mine) < len(theirs):
@@ -66,6 +69,7 @@ class SpecStats:
             "num_accepted_tokens": self.num_accepted_tokens,
             "num_verified_tokens": self.num_draft_tokens,  # draft tokens sent to the target (vLLM: draft tokens)
             "num_proposed_tokens": self.num_proposed_tokens,
+            "num_paused_steps": self.num_paused_steps,
             "accepted_per_position": list(self.accepted_per_position),
             "acceptance_histogram": list(self.acceptance_histogram),
         }

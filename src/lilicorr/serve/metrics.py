@@ -45,6 +45,12 @@ class ServerMetrics:
             m,
             registry=r,
         )
+        self.paused = Counter(
+            "lilicorr:spec_decode_num_paused_steps",
+            "Engine steps run without the drafter (adaptive verification: drafting measured slower than plain)",
+            m,
+            registry=r,
+        )
         self.accepted_pos = Counter(
             "vllm:spec_decode_num_accepted_tokens_per_pos",
             "Accepted draft tokens per draft position",
@@ -74,6 +80,7 @@ class ServerMetrics:
         self.draft_tokens.labels(n).inc(total.num_draft_tokens - self._seen.num_draft_tokens)
         self.accepted.labels(n).inc(total.num_accepted_tokens - self._seen.num_accepted_tokens)
         self.proposed.labels(n).inc(total.num_proposed_tokens - self._seen.num_proposed_tokens)
+        self.paused.labels(n).inc(total.num_paused_steps - self._seen.num_paused_steps)
         for i, c in enumerate(total.accepted_per_position):
             prev = self._seen.accepted_per_position[i] if i < len(self._seen.accepted_per_position) else 0
             self.accepted_pos.labels(n, str(i)).inc(c - prev)
@@ -83,4 +90,5 @@ class ServerMetrics:
             total.num_accepted_tokens,
             list(total.accepted_per_position),
             num_proposed_tokens=total.num_proposed_tokens,
+            num_paused_steps=total.num_paused_steps,
         )
