@@ -21,6 +21,7 @@ from lilicorr.bench.llamacpp import LlamaServer, chat, pooled
 from lilicorr.bench.runner import environment
 from lilicorr.checkpoint import load_draft
 from lilicorr.cli.main import main as cli
+from lilicorr.data.atomic import atomic_write_text
 from lilicorr.data.chat import row_ids
 from lilicorr.data.prompt_sets import load_set
 from lilicorr.decoding.build import build_engine
@@ -29,6 +30,15 @@ from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.runtime.runtime import TargetRuntime, cpu_has_fast_bf16, resolve_dtype
 from lilicorr.shipped import SHIPPED_DFLASH, SHIPPED_DRAFT, SHIPPED_TARGET
+
+IDENTITY_NOTE = (
+    "Identity on llama.cpp: its greedy text on the Q4_1 target depends on batch shapes (a multi-token verify "
+    "batch runs other kernels than a one-token step), so any speculation can flip a near-tie. On other prompts "
+    "4 of 8 answers with our GGUF drafter differed early from plain decoding, and llama-server's own "
+    "`--spec-type ngram-simple` produced the very same 4 answers: llama.cpp's batched-verify numerics, not the "
+    "export. `make llamacpp-check` therefore accepts an answer equal to plain decoding or to llama.cpp's own "
+    "speculation ([deploy guide](../guide/deploy.md))."
+)
 
 
 def engine_arm(target, spec: SpecConfig, draft, draft_dir, prompts, max_tokens) -> dict:
@@ -123,7 +133,8 @@ def main() -> int:
     ]
     for name, tps, tau, same in table:
         lines.append(f"| {name} | {tps:.1f} | {tps / base:.2f}× | {tau if tau else '—'} | {same} |")
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    lines += ["", IDENTITY_NOTE]
+    atomic_write_text(Path(args.out), "\n".join(lines) + "\n")
     print(json.dumps({"written": args.out}))
     return 0
 
