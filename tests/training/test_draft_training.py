@@ -33,6 +33,47 @@ def test_dflash_loss_decay_and_validity():
     assert s == pytest.approx(float(weights.sum()) * float(torch.log(torch.tensor(5.0))), rel=1e-5)
 
 
+def test_dflash_soft_labels_mix_the_targets_distribution():
+    g = torch.Generator().manual_seed(0)
+    logits, target = torch.randn(2, 3, 7, generator=g), torch.randn(2, 3, 7, generator=g)
+    labels, valid = torch.randint(0, 7, (2, 3), generator=g), torch.tensor([True, True])
+    hard, w = dflash_loss(logits, labels, valid, gamma=2.0)
+    assert dflash_loss(logits, labels, valid, 2.0, target, kd_weight=0.0)[0] == hard  # target ignored
+    soft, _ = dflash_loss(logits, labels, valid, 2.0, target, kd_weight=1.0)
+    decay = torch.exp(-torch.arange(3) / 2.0)
+    expect = (-(target.softmax(-1) * logits.log_softmax(-1)).sum(-1) * decay).sum()
+    assert soft == pytest.approx(float(expect), rel=1e-5)
+    half, _ = dflash_loss(logits, labels, valid, 2.0, target, kd_weight=0.5)
+    assert half == pytest.approx(0.5 * float(hard) + 0.5 * float(soft), rel=1e-5)
+    # a target sure of the label gives the hard loss back
+    sure = torch.nn.functional.one_hot(labels, 7).float() * 50.0
+    assert dflash_loss(logits, labels, valid, 2.0, sure, kd_weight=1.0)[0] == pytest.approx(float(hard), rel=1e-4)
+
+
+def test_soft_labels_are_the_targets_logits_for_each_slot(tiny_target_dir, regen_data):
+    """The slot ``s`` of the block anchored at ``p`` predicts token ``p + s + 1``: its soft label must be the
+    target's logits at row ``p + s`` (one row off would teach the drafter the wrong distribution)."""
+    from lilicorr.runtime.runtime import TargetRuntime
+    from lilicorr.training.objectives import slot_rows
+    from lilicorr.training.regenerate import load_regenerated
+
+    cfg = _cfg(tiny_target_dir, regen_data, "unused", "dflash", kd_weight=0.5)
+    target = TargetRuntime.load(tiny_target_dir)
+    step = DraftStep(cfg, target, build_model(cfg, target))
+    data = load_regenerated(regen_data)
+    tokens, mask = data["tokens"][:2].long(), data["loss_mask"][:2].bool()
+    anchors, valid = sample_anchors(mask, 3, cfg.block_size, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        bp = step.block_pass(tokens, anchors, valid)
+        soft = bp.lm_head(target, slot_rows(bp.final, anchors, cfg.block_size))  # [b, n·S, V]
+        real = target.model(input_ids=tokens).logits  # [b, t, V]
+    pos = (anchors[..., None] + torch.arange(cfg.block_size - 1)).flatten(1)  # [b, n·S]
+    torch.testing.assert_close(soft, torch.gather(real, 1, pos[..., None].expand(*pos.shape, real.shape[-1])))
+    assert torch.isfinite(combine_losses(step(tokens, mask, anchors, valid), cfg))
+    with pytest.raises(ValueError, match="--kd-weight"):
+        _cfg(tiny_target_dir, regen_data, "unused", "dflash", kd_weight=1.5).validate()
+
+
 def test_head_loss_supervises_only_truth_prefix():
     ids = torch.tensor([[[4, 5], [6, 7], [8, 9]]])  # [M=1, S=3, K=2]
     labels = torch.tensor([[5, 1, 9]])  # slot 1 truth not in lattice: slots 1, 2 unsupervised
@@ -100,11 +141,13 @@ def _losses(run):
     return [json.loads(x)["loss"] for x in (run / "train.log").read_text().splitlines() if '"loss"' in x]
 
 
-@pytest.mark.parametrize("mode", ["dflash", "lilicorr"])
-def test_training_loss_decreases_and_exports(tiny_target_dir, regen_data, tmp_path, mode):
+@pytest.mark.parametrize(
+    "mode, kw", [("dflash", {}), ("lilicorr", {}), ("dflash", {"kd_weight": 0.5})], ids=["dflash", "lilicorr", "kd"]
+)
+def test_training_loss_decreases_and_exports(tiny_target_dir, regen_data, tmp_path, mode, kw):
     from lilicorr.checkpoint import load_draft
 
-    summary = train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / mode, mode, steps=40))
+    summary = train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / mode, mode, steps=40, **kw))
     losses = _losses(tmp_path / f"{mode}-run")
     assert sum(losses[-2:]) / 2 < sum(losses[:2]) / 2
     assert summary["final_val"]["blocks"] > 0

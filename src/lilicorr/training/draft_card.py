@@ -180,7 +180,9 @@ def write_draft_card(
         + " |",
         f"| optimiser | AdamW fp32 master weights, lr {tc['lr']}, warm-up {tc['warmup_ratio']}, cosine, clip "
         f"{tc['grad_clip']} ({'backbone and head separately' if tc.get('clip_per_module') else 'one global norm'}), "
-        f"{'bf16 autocast' if tc.get('bf16', True) else 'fp32'}; DFlash γ {tc['gamma']} |",
+        f"{'bf16 autocast' if tc.get('bf16', True) else 'fp32'}; DFlash γ {tc['gamma']}"
+        + (f", soft labels (the target's distribution) weight {tc['kd_weight']:g}" if tc.get("kd_weight") else "")
+        + " |",
         f"| head loss weights | {tc['head_weights']}; head-loss gradient into the backbone × "
         f"{tc.get('head_grad_to_backbone', 1.0):g} |",
         f"| wall time | {summary['wall_time_s'] / 60:.1f} min, {summary.get('threads', tc['threads'])} thread(s), "

@@ -63,6 +63,12 @@ class DraftTrainConfig:
     weight_decay: float = option(0.0, "AdamW weight decay")
     grad_clip: float = option(1.0, "gradient-norm clip")
     gamma: float = option(4.0, "DFlash position-decay γ of the loss", always=True)
+    # Soft labels: the target's own next-token distribution at each slot (rebuilt from its cached final
+    # hidden state, over the training vocabulary when one is set) mixed into the DFlash cross-entropy.
+    # ModelOpt's DFlash recipe distills from the target's logits; 0 is hard labels (the regenerated text).
+    kd_weight: float = option(
+        0.0, "DFlash loss: weight of the target's distribution as soft labels (0: hard labels, 1: distillation only)"
+    )
     # Scale on the head loss's gradient where it enters the backbone (pass hidden, live log-probs,
     # anchor). 1.0 is the reference recipe (ModelOpt); 0.0 trains the head jointly but lets only the
     # DFlash loss shape the backbone. Applies to the comparison arms' losses the same way.
@@ -100,6 +106,8 @@ class DraftTrainConfig:
 
     def validate(self) -> None:
         mode = get_mode(self.mode)
+        if not 0.0 <= self.kd_weight <= 1.0:
+            raise ValueError(f"--kd-weight {self.kd_weight}: expected a weight in [0, 1]")
         if self.freeze_backbone and not mode.freezable:
             raise ValueError(f"--freeze-backbone is for the comparison arms (mode {self.mode!r}; use --mode head)")
         if self.val_features and not self.val_data:

@@ -53,15 +53,27 @@ def block_labels(tokens: torch.Tensor, anchors: torch.Tensor, block: int) -> tor
 
 
 def dflash_loss(
-    logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor, gamma: float
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    valid: torch.Tensor,
+    gamma: float,
+    target_logits: torch.Tensor | None = None,
+    kd_weight: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Same-position CE with slot decay ``w_k = exp(−(k−1)/γ)``: (weighted sum, weight sum).
 
-    logits ``[M, S, V]``, labels ``[M, S]``, valid ``[M]`` blocks.
+    logits ``[M, S, V]``, labels ``[M, S]``, valid ``[M]`` blocks. With ``target_logits`` ``[M, S, V]`` (the
+    target's next-token logits at each slot, same vocabulary) and ``kd_weight`` λ, each slot's loss is
+    (1 − λ)·CE(label) + λ·CE(softmax(target)) — soft labels; the second term is the KL to the target's
+    distribution plus its (constant) entropy.
     """
     s = labels.shape[1]
     w = torch.exp(-torch.arange(s, dtype=torch.float32, device=labels.device) / gamma)  # k−1 = 0..S−1
     ce = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape)
+    if kd_weight > 0:
+        assert target_logits is not None and target_logits.shape == logits.shape
+        soft = -(target_logits.float().softmax(-1) * logits.float().log_softmax(-1)).sum(-1)  # [M, S]
+        ce = (1.0 - kd_weight) * ce + kd_weight * soft
     wv = w[None] * valid[:, None].float()
     return (ce * wv).sum(), wv.sum()
 

@@ -73,11 +73,26 @@ class Objective:
 
 
 class DFlashObjective(Objective):
-    """DFlash: position-decayed cross-entropy of every slot (γ), trains the backbone."""
+    """DFlash: position-decayed cross-entropy of every slot (γ), trains the backbone; with ``kd_weight``
+    the target's own distribution at each slot joins the hard label (soft labels)."""
 
     def __call__(self, step, bp: BlockPass, want_metrics: bool) -> dict[str, torch.Tensor]:
-        s, d = dflash_loss(bp.logits, bp.labels, bp.valid, step.cfg.gamma)
+        kd = step.cfg.kd_weight
+        zt = None
+        if kd > 0:
+            with torch.no_grad():
+                zt = bp.lm_head(step.target, slot_rows(bp.final, bp.anchors, bp.block))  # [b, n·S, V']
+                zt = zt.view(*bp.logits.shape)  # [M, S, V']
+        s, d = dflash_loss(bp.logits, bp.labels, bp.valid, step.cfg.gamma, zt, kd)
         return {"dflash_sum": s, "dflash_den": d}
+
+
+def slot_rows(rows: torch.Tensor, anchors: torch.Tensor, block: int) -> torch.Tensor:
+    """The target's rows that predict each slot of each block: row ``p + s`` predicts slot ``s`` of the block
+    anchored at ``p`` (its token ``p + s + 1``). rows ``[b, t, H]``, anchors ``[b, n]`` → ``[b, n·(B−1), H]``."""
+    b, n = anchors.shape
+    pos = (anchors[..., None] + torch.arange(block - 1, device=anchors.device)).flatten(1)  # [b, n·S]
+    return torch.gather(rows, 1, pos[..., None].expand(b, pos.shape[1], rows.shape[-1]))
 
 
 def _head_inputs(step, bp: BlockPass):
@@ -108,11 +123,9 @@ class LiLiCorrObjective(Objective):
                 h_ph.flatten(0, 1), emb_c, lp, anchor_rows.flatten(0, 1), (bp.anchors >= 1).flatten()
             )
         s = bp.block - 1
-        zpos = (bp.anchors[..., None] + torch.arange(s, device=dev)).flatten(1)  # target row p+s predicts slot s
         # the target's logits only where the head loss reads them: lm_head(final hidden) = logits
-        zf = torch.gather(bp.final, 1, zpos[..., None].expand(b, n * s, bp.final.shape[-1]))
         with torch.no_grad():
-            zt = bp.lm_head(target, zf).float().view(b * n, s, -1)
+            zt = bp.lm_head(target, slot_rows(bp.final, bp.anchors, bp.block)).float().view(b * n, s, -1)
         head_sum, head_den = head_loss(scores, ids, bp.labels, zt, bp.valid, cfg.head_weights)
         out = {"head_sum": head_sum, "head_den": head_den, "lattice_ids": ids}
         if want_metrics:
