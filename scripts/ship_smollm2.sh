@@ -39,7 +39,8 @@ STAGES=${STAGES:-data main conv heads}
 [[ $ENGINE != vllm ]] || make .venv-compat/.installed
 if [[ $STAGES == *scale* ]]; then
 # Data at scale (resumable shards + manifest; every stage continues where it stopped, on any engine):
-# all first turns, then the later turns with the conversation before them, then ShareGPT's own answers.
+# all first turns, ShareGPT's own answers, the training file merged from both, then the later turns with the
+# conversation before them (hours).
 $L data regenerate --target $TARGET --prompts data/prompts/sharegpt.jsonl --out data/regen-smollm2/sharegpt-first.safetensors \
   --shards data/regen-smollm2/sharegpt.safetensors.shards --num-sequences 10932 --max-prompt-tokens 256 \
   --new-tokens 256 --shard-size 32 --concurrency 64 --engine $ENGINE --dtype $DTYPE --seed 0 \
@@ -47,16 +48,17 @@ $L data regenerate --target $TARGET --prompts data/prompts/sharegpt.jsonl --out 
 $L data regenerate --target $TARGET --prompts data/prompts/sharegpt.jsonl --out data/regen-smollm2/sharegpt-fixed.safetensors \
   --num-sequences 10932 --max-prompt-tokens 256 --new-tokens 256 --shard-size 256 --engine fixed --seed 0 \
   --card data/cards/smollm2-sharegpt-fixed
+# The drafters' training file (first turns and fixed answers) before the long later-turns job, so
+# features and training can start while the later turns are still being answered.
+[ -f data/regen-smollm2/sharegpt-first-fixed.safetensors ] || $L data merge data/regen-smollm2/sharegpt-first.safetensors \
+  data/regen-smollm2/sharegpt-fixed.safetensors --out data/regen-smollm2/sharegpt-first-fixed.safetensors
 $L data regenerate --target $TARGET --prompts data/prompts/sharegpt-turns.jsonl \
   --out data/regen-smollm2/sharegpt-turns.safetensors --num-sequences 24708 --max-prompt-tokens 768 \
   --new-tokens 256 --shard-size 32 --concurrency 64 --engine $ENGINE --dtype $DTYPE --seed 0 \
   --card data/cards/smollm2-sharegpt-turns
 fi
 if [[ $STAGES == *scale* ]]; then
-# One training file: first turns and fixed answers (final files; the drafters' feature cache is made from it),
-# and everything including the later turns (the data card of each part is in data/cards/).
-$L data merge data/regen-smollm2/sharegpt-first.safetensors data/regen-smollm2/sharegpt-fixed.safetensors \
-  --out data/regen-smollm2/sharegpt-first-fixed.safetensors
+# Everything including the later turns (the data card of each part is in data/cards/).
 $L data merge data/regen-smollm2/sharegpt-first.safetensors data/regen-smollm2/sharegpt-fixed.safetensors \
   data/regen-smollm2/sharegpt-turns.safetensors --out data/regen-smollm2/sharegpt-all.safetensors
 fi
