@@ -59,6 +59,8 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     import torch
 
     from lilicorr.checkpoint import CheckpointError, load_draft
@@ -76,9 +78,11 @@ def run_generate(args: argparse.Namespace) -> int:
         target = TargetRuntime.load(args.target, dtype=dtype, device=args.device)
         draft = load_draft(args.draft, target.model.config, dtype=dtype) if args.draft else None
         spec = SpecConfig.from_attrs(args, options=method_options(args))
-        if draft is not None and untuned(args):  # `--draft` alone: the fastest measured configuration
+        if draft is not None and untuned(args):  # `--draft` alone: the fastest measured configuration, whole
             default = parse_speculative_config(default_config(args.draft))
-            spec = SpecConfig.from_attrs(args, method=default.method, options=default.options)
+            adaptive = default.enable_adaptive_verification or args.enable_adaptive_verification
+            spec = replace(default, rejection_sample_method=args.rejection_sample_method)
+            spec.enable_adaptive_verification = adaptive
         engine = build_engine(target, spec, draft, args.draft)
         ar_engine = build_engine(target) if args.compare_ar else None
     except (TargetError, CheckpointError, ValueError) as e:
@@ -138,6 +142,8 @@ def run_generate(args: argparse.Namespace) -> int:
             "tokens_per_s": round(n / dt, 2),
             "method": engine.method,
         }
+        if engine.adaptive is not None:
+            out["adaptive_verification"] = True
         if engine.speculative:
             st = req.stats
             out.update(
