@@ -161,3 +161,15 @@ def test_default_arm_is_exactly_the_shipped_default(tiny_target_dir, drafts):
         assert arm.options == cfg
     res = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 6, arms=[by_name["ar"], by_name["lc:default"]])
     assert all(r.get("identical_to_ar", True) for r in res["runs"])
+
+
+def test_draft_vocab_arms_and_stable_part_keys(drafts):
+    """``--draft-vocab-sizes``: ARM@vN beside each drafting arm; an arm without one keeps the part key it had
+    before the field existed (so earlier runs still resume)."""
+    from lilicorr.bench.variants import arm_key, choose_variants
+
+    arms = choose_variants(drafts, only=["df", "df@v64", "ngram"], draft_vocabs=[64])
+    by_name = {a.name: a for a in arms}
+    assert set(by_name) == {"ar", "ngram", "df", "df@v64"} and by_name["df@v64"].draft_vocab_size == 64
+    assert "draft_vocab_size" not in arm_key(by_name["df"]) and arm_key(by_name["df@v64"])["draft_vocab_size"] == 64
+    assert "ngram@v64" not in {a.name for a in choose_variants(drafts, draft_vocabs=[64])}  # no drafter, no vocab

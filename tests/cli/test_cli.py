@@ -3,6 +3,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from lilicorr.cli.main import build_parser, main
 
@@ -290,3 +291,39 @@ def test_data_regenerate_bad_input_is_a_named_error(tiny_target_dir, tmp_path, c
     assert "'answer'" in capsys.readouterr().err and not out.exists()
     assert main([*base, "--prompts", str(tmp_path / "missing.jsonl"), "--engine", "native"]) == 2
     assert "missing.jsonl" in capsys.readouterr().err and not out.exists()
+
+
+def test_draft_vocab_cli_writes_the_file(tiny_target_dir, tmp_path, capsys):
+    """`data draft-vocab` counts answer tokens of a data file and prompt tokens of a JSONL; generate drafts
+    from the file it writes; bad input is a named error."""
+    from safetensors.torch import save_file
+
+    from lilicorr.decoding.draft_vocab import FILE
+    from tests.decoding.engine_helpers import save_random_draft
+
+    regen_data = tmp_path / "data.safetensors"
+    tokens = torch.randint(4, 200, (3, 12), generator=torch.Generator().manual_seed(0), dtype=torch.int32)
+    mask = torch.zeros_like(tokens, dtype=torch.bool)
+    mask[:, 6:] = True
+    save_file({"tokens": tokens, "loss_mask": mask, "sampled": torch.zeros(3, dtype=torch.bool)}, str(regen_data))
+
+    folder = save_random_draft(tiny_target_dir, tmp_path / "d")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"messages": [{"role": "user", "content": "def f(x): return x"}]}) + "\n")
+    args = ["data", "draft-vocab", "--target", str(tiny_target_dir), "--out", str(folder), "--keep", "32"]
+    assert main([*args, "--data", str(regen_data), str(prompts)]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    stored = json.loads((folder / FILE).read_text())
+    assert len(stored["token_ids"]) == rec["token_ids"] <= 32 and stored["source"]["tokens_counted"] > 0
+    # the folder still loads as a checkpoint, and generate drafts from the file
+    out = [
+        "generate", "--target", str(tiny_target_dir), "--draft", str(folder), "--prompt", "import os",
+        "--max-new-tokens", "6", "--json", "--draft-vocab-size", "16", "--compare-ar",
+    ]  # fmt: skip
+    assert main(out) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[0])["ar_identical"] is True
+    assert main([*args, "--data", str(tmp_path / "missing.jsonl")]) == 2
+    assert "missing.jsonl" in capsys.readouterr().err
+    not_a_drafter = ["data", "draft-vocab", "--target", str(tiny_target_dir), "--out", str(tmp_path)]
+    assert main([*not_a_drafter, "--data", str(prompts)]) == 2
+    assert "not a drafter folder" in capsys.readouterr().err

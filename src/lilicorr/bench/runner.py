@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from lilicorr.bench.variants import Variant, default_variants, variant_engine
+from lilicorr.bench.variants import Variant, arm_key, default_variants, variant_engine
 from lilicorr.checkpoint import load_draft
 from lilicorr.data.atomic import atomic_write_text
 from lilicorr.data.chat import row_ids
@@ -208,7 +208,7 @@ def run_bench(
                 continue  # the oracle needs the deterministic greedy reference
             if arm.draft_sample_method == "probabilistic" and temp == 0:
                 continue  # identical to the greedy draft at T = 0
-            key = f"run/{json.dumps([asdict(arm), weights_id(arm.draft)], sort_keys=True)}/T={temp}"
+            key = f"run/{json.dumps([arm_key(arm), weights_id(arm.draft)], sort_keys=True)}/T={temp}"
             key += "/paired" if paired_ar else ""
             res = cache.get(key)
             if res is None:

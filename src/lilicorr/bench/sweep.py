@@ -9,13 +9,12 @@ since acceptance depends on how predictable the continuation is.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 
 import torch
 from tqdm import tqdm
 
 from lilicorr.bench.cache import weights_id
-from lilicorr.bench.variants import Variant, variant_engine
+from lilicorr.bench.variants import Variant, arm_key, variant_engine
 from lilicorr.data.chat import row_ids
 from lilicorr.decoding.methods import get_method
 from lilicorr.decoding.request import Request
@@ -112,7 +111,7 @@ def throughput_sweep(
             for arm in arms:
                 bar.update()
                 pair = paired_ar and not get_method(arm.method).baseline
-                key = f"sweep/{asdict(arm)}/{weights_id(arm.draft)}/{tier}/{in_len}/{concurrencies}/{max_tokens}"
+                key = f"sweep/{arm_key(arm)}/{weights_id(arm.draft)}/{tier}/{in_len}/{concurrencies}/{max_tokens}"
                 key += "/paired" if pair else ""
                 done = cache.get(key) if cache is not None else None
                 if done is not None:

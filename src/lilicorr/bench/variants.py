@@ -10,7 +10,7 @@ Tree variants run the ``auto`` node budget (pruned each step by the measured cos
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from lilicorr.decoding.build import build_engine
@@ -31,10 +31,20 @@ class Variant:
     rejection_sample_method: str = "standard"
     enable_adaptive_verification: bool = False
     options: dict = field(default_factory=dict)  # the method's own options (e.g. tree_budget)
+    draft_vocab_size: int = 0  # > 0: draft from the folder's N most frequent tokens (decoding/draft_vocab.py)
 
 
 # ``+lookup`` trees also graft the prompt-lookup continuation (the ``ngram`` method's, same keys and values)
 LOOKUP = {"tree_budget": "auto", **LOOKUP_ON}
+
+
+def arm_key(arm: Variant) -> dict:
+    """The arm's fields for a resumable part's key; fields added later are left out at their default, so
+    parts written before they existed still resume."""
+    key = asdict(arm)
+    if not arm.draft_vocab_size:
+        del key["draft_vocab_size"]
+    return key
 
 
 def default_variants(drafts: list[str]) -> list[Variant]:
@@ -105,6 +115,16 @@ def with_tree_budgets(arms: list[Variant], budgets: list[int]) -> list[Variant]:
     return out
 
 
+def with_draft_vocabs(arms: list[Variant], sizes: list[int]) -> list[Variant]:
+    """Each arm that drafts with a model also once per draft vocabulary size (``name@vN``), beside itself."""
+    out = []
+    for a in arms:
+        out.append(a)
+        if get_method(a.method).needs_draft:
+            out += [replace(a, name=f"{a.name}@v{v}", draft_vocab_size=v) for v in sizes]
+    return out
+
+
 def variant_engine(target: TargetRuntime, arm: Variant, drafts: dict, references: dict | None) -> SpecEngine:
     """The engine of one arm, through the methods registry (the oracle gets the greedy references)."""
     spec = SpecConfig.from_attrs(arm)  # the arm's fields carry vLLM's option names
@@ -118,6 +138,7 @@ def choose_variants(
     tree_budgets: list[int] | None = None,
     only: list[str] | None = None,
     sweep: list[str] | None = None,
+    draft_vocabs: list[int] | None = None,
 ) -> list[Variant]:
     """The bench's variants for ``drafts``: each draft length and tree budget asked for, then ``only`` those
     named (plain decoding always runs); a name in ``only`` or ``sweep`` that is not there is a named error."""
@@ -126,6 +147,8 @@ def choose_variants(
         variants = with_draft_lengths(variants, draft_lengths)
     if tree_budgets:
         variants = with_tree_budgets(variants, tree_budgets)
+    if draft_vocabs:
+        variants = with_draft_vocabs(variants, draft_vocabs)
     if only:  # after the draft-length expansion, so ARM@nN can be picked one by one
         unknown = set(only) - {v.name for v in variants}
         if unknown:

@@ -43,7 +43,12 @@ def _bench(args: argparse.Namespace) -> int:
             args.long_tokens,
         )
         variants = choose_variants(
-            args.draft or [], args.num_speculative_tokens, args.tree_budgets, args.only, args.sweep_arms
+            args.draft or [],
+            args.num_speculative_tokens,
+            args.tree_budgets,
+            args.only,
+            args.sweep_arms,
+            draft_vocabs=args.draft_vocab_sizes,
         )
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -140,6 +145,14 @@ def register(sub) -> None:
         nargs="+",
         default=None,
         help="fixed tree node budgets to compare (each tree arm also once per value, named ARM@bN)",
+    )
+    s.add_argument(
+        "--draft-vocab-sizes",
+        type=int,
+        nargs="+",
+        default=None,
+        help="drafter vocabularies to compare (each drafting arm also once per value, named ARM@vN: the "
+        "folder's N most frequent tokens, its draft_vocab.json)",
     )
     s.add_argument("--long-prompts", type=int, default=4, help="long-context prompts added (category 'long')")
     s.add_argument("--long-tokens", type=int, default=2560, help="length of the long prompts")

@@ -81,6 +81,39 @@ def _merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _draft_vocab(args: argparse.Namespace) -> int:
+    """Count tokens in the given data and write the drafter folder's ``draft_vocab.json``."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from lilicorr.data.chat import ChatError, row_ids
+    from lilicorr.data.prompt_sets import read_prompt_rows
+    from lilicorr.decoding.draft_vocab import token_frequency_order, write_draft_vocab
+    from lilicorr.training.regenerate import load_regenerated
+
+    out = Path(args.out)
+    if not (out / "config.json").exists():
+        print(f"error: {out}: not a drafter folder (no config.json)", file=sys.stderr)
+        return 2
+    try:
+        vocab_size = AutoConfig.from_pretrained(args.target).vocab_size
+        tok = AutoTokenizer.from_pretrained(args.target)
+        rows: list[list[int]] = []
+        for f in args.data:
+            if f.endswith(".safetensors"):  # regenerated training data: the answer tokens (under loss_mask)
+                d = load_regenerated(f)
+                rows += [t[m.bool()].tolist() for t, m in zip(d["tokens"], d["loss_mask"], strict=True)]
+            else:  # a prompts JSONL: each row's chat-templated tokens
+                rows += [row_ids(tok, r) for r in read_prompt_rows(Path(f))]
+        order, counted = token_frequency_order(rows, vocab_size)
+    except (FileNotFoundError, ValueError, ChatError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    source = {"data": list(args.data), "target": args.target, "rows": len(rows), "tokens_counted": counted}
+    path = write_draft_vocab(out, order[: args.keep], source)
+    print(json.dumps({"written": str(path), "token_ids": min(len(order), args.keep), **source}))
+    return 0
+
+
 def _prompts(args: argparse.Namespace) -> int:
     from lilicorr.data.atomic import atomic_write_text
     from lilicorr.data.prompt_sets import load_set
@@ -121,6 +154,19 @@ def register(sub) -> None:
     s.add_argument("inputs", nargs="+", help="data files of `data regenerate`, or shard folders (finished shards)")
     s.add_argument("--out", required=True)
     s.set_defaults(func=_merge)
+
+    s = data.add_parser(
+        "draft-vocab",
+        help="a drafter's inference vocabulary: its most frequent tokens in the given data, into "
+        "DRAFT_DIR/draft_vocab.json (used with --draft-vocab-size / 'draft_vocab_size')",
+    )
+    s.add_argument("--target", required=True, help="the target folder (tokenizer and vocabulary size)")
+    s.add_argument(
+        "--data", required=True, nargs="+", help="regenerated data (.safetensors: answer tokens) or prompts (.jsonl)"
+    )
+    s.add_argument("--out", required=True, help="the drafter folder to write draft_vocab.json into")
+    s.add_argument("--keep", type=int, default=16384, help="most frequent ids kept in the file (default 16384)")
+    s.set_defaults(func=_draft_vocab)
 
     s = data.add_parser("features", help="cache the target's tapped hidden states for drafter training")
     s.add_argument("--target", required=True)

@@ -47,6 +47,13 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
         help="verify only the draft prefix whose expected accepted tokens pay for its measured verify cost "
         "(falls back to AR steps when drafts do not pay); chains, and trees (their best-first prefix)",
     )
+    p.add_argument(
+        "--draft-vocab-size",
+        type=int,
+        default=0,
+        help="draft from the drafter folder's N most frequent tokens only (its draft_vocab.json, made by "
+        "`lilicorr data draft-vocab`): a cheaper drafter LM head, still lossless (0: the whole vocabulary)",
+    )
     p.add_argument("--compare-ar", action="store_true", help="also decode autoregressively and print the speedup")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
@@ -81,7 +88,9 @@ def run_generate(args: argparse.Namespace) -> int:
         if draft is not None and untuned(args):  # `--draft` alone: the fastest measured configuration, whole
             default = parse_speculative_config(default_config(args.draft))
             adaptive = default.enable_adaptive_verification or args.enable_adaptive_verification
-            spec = replace(default, rejection_sample_method=args.rejection_sample_method)
+            spec = replace(
+                default, rejection_sample_method=args.rejection_sample_method, draft_vocab_size=args.draft_vocab_size
+            )
             spec.enable_adaptive_verification = adaptive
         engine = build_engine(target, spec, draft, args.draft)
         ar_engine = build_engine(target) if args.compare_ar else None

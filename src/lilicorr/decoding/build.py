@@ -14,6 +14,7 @@ from lilicorr.decoding.config import (
     method_for_draft,
     parse_speculative_config,
 )
+from lilicorr.decoding.draft_vocab import read_draft_vocab
 from lilicorr.decoding.engine import SpecEngine
 from lilicorr.decoding.methods import BuildContext, get_method
 from lilicorr.decoding.proposal import Proposer
@@ -59,7 +60,10 @@ def build_engine(
     registry's (tests that spy on or script proposals)."""
     spec = spec or SpecConfig()
     proposer = proposer or build_proposer(target, draft, spec, draft_dir, extras)
-    return SpecEngine(target, draft, spec, proposer=proposer, verifier=verifier)
+    vocab = None
+    if spec.draft_vocab_size and proposer.needs_draft:
+        vocab = read_draft_vocab(draft_dir, spec.draft_vocab_size, target.vocab_size)
+    return SpecEngine(target, draft, spec, proposer=proposer, verifier=verifier, draft_vocab=vocab)
 
 
 def engine_from_speculative_config(target: TargetRuntime, cfg: dict | None, dtype=None) -> SpecEngine:

@@ -29,6 +29,7 @@ COMMON_KEYS = (
     "draft_sample_method",
     "rejection_sample_method",
     "enable_adaptive_verification",
+    "draft_vocab_size",  # lilicorr's: draft from the folder's N most frequent tokens (decoding/draft_vocab.py)
 )
 
 
@@ -42,6 +43,7 @@ class SpecConfig:
     rejection_sample_method: str = "standard"
     options: dict[str, int | str] = field(default_factory=dict)  # e.g. prompt_lookup_max, tree_budget
     enable_adaptive_verification: bool = False  # verify only the prefix that pays (decoding/adaptive.py)
+    draft_vocab_size: int = 0  # > 0: the drafter's LM head over the folder's N most frequent tokens only
 
     @classmethod
     def from_attrs(cls, source, **overrides) -> SpecConfig:
@@ -122,6 +124,9 @@ def parse_speculative_config(cfg: dict) -> SpecConfig:
     adaptive = cfg.get("enable_adaptive_verification", False)
     if not isinstance(adaptive, bool):
         raise ValueError(f"'enable_adaptive_verification' must be true or false, got {adaptive!r}")
+    vocab = cfg.get("draft_vocab_size", 0)
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 0:
+        raise ValueError(f"'draft_vocab_size' must be a non-negative integer (0: the whole vocabulary), got {vocab!r}")
     spec = SpecConfig(
         method=None if name == "dflash" else name,  # dflash: the folder decides (DFlash, LiLiCorr or an arm)
         num_speculative_tokens=n,
@@ -129,6 +134,7 @@ def parse_speculative_config(cfg: dict) -> SpecConfig:
         rejection_sample_method=cfg.get("rejection_sample_method", "standard"),
         options=options,
         enable_adaptive_verification=adaptive,
+        draft_vocab_size=vocab,
     )
     method.resolve_options(options)  # an option of another method → named error now
     return spec

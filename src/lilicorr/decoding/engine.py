@@ -21,6 +21,7 @@ import torch
 from lilicorr.decoding.adaptive import AdaptiveWidth, CostModel, DraftGate
 from lilicorr.decoding.config import SpecConfig, draft_length
 from lilicorr.decoding.draft_cache import DraftContextCache
+from lilicorr.decoding.draft_vocab import VocabHead
 from lilicorr.decoding.proposal import DraftOutput, Proposal, Proposer
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import choose_token
@@ -47,8 +48,10 @@ class SpecEngine:
         *,
         proposer: Proposer,
         verifier: Verifier | None = None,
+        draft_vocab: torch.Tensor | None = None,
     ):
-        """Built by ``decoding.build.build_engine``, which gets the proposer from the methods registry."""
+        """Built by ``decoding.build.build_engine``, which gets the proposer from the methods registry;
+        ``draft_vocab`` ``[V']``: the token ids the drafter drafts from (None: all)."""
         config = config or SpecConfig()
         self.verifier = verifier or Verifier(config.rejection_sample_method)
         self.target, self.draft, self.config = target, draft, config
@@ -68,6 +71,11 @@ class SpecEngine:
             width = nodes or self.n
             self.adaptive = AdaptiveWidth(width, CostModel.measure(target, width + 1), tree=bool(nodes))
             self.gate = DraftGate()
+        self.draft_head = None  # the LM head the drafter drafts through: its own, or the target's
+        if draft is not None and self.proposer.needs_draft:
+            self.draft_head = draft.lm_head if draft.lm_head is not None else target.lm_head
+            if draft_vocab is not None:
+                self.draft_head = VocabHead(self.draft_head.weight, draft_vocab)
         self.decode = target.tokenizer.decode
         self.timer = StageTimer()
         self.stats = SpecStats()
@@ -283,8 +291,7 @@ class SpecEngine:
             emb = self.target.embed_tokens(block).to(dtype)
             pos = start[:, None] + torch.arange(n + 1)[None]
             hidden = self.draft.draft_block(emb, pos, self.dcache.kv, self.dcache.valid)[:, 1:]  # [batch, n, Hm]
-            head = self.draft.lm_head if self.draft.lm_head is not None else self.target.lm_head
-            logits = head(hidden.to(head.weight.dtype)).float()  # [batch, n, V]
+            logits = self.draft_head(hidden.to(self.draft_head.weight.dtype)).float()  # [batch, n, V]
             anchor = torch.stack([s.anchor for s in self.seqs])
         return DraftOutput(
             hidden=hidden,
