@@ -570,4 +570,11 @@ def test_draft_card_records_merged_data_the_rows_used_and_the_curve(tiny_target_
     assert f"lilicorr data merge {regen_data} {regen_data} --out {merged}" in card
     assert "first 24 of 80 rows (the first 8 held out)" in card and "64-token training vocabulary" in card
     curve = card[card.index("| step | positions (M)") :].splitlines()[2:]
-    assert [row.split(" | ")[0] for row in curve] == ["| 2", "| 4", "| 6"]
+    assert [row.split(" | ")[0] for row in curve[:3]] == ["| 2", "| 4", "| 6"]
+    assert "## Draft vocabulary" not in card
+    from lilicorr.decoding.draft_vocab import write_draft_vocab
+
+    write_draft_vocab(tmp_path / "df", [5, 3, 9], {"data": ["p.jsonl"], "rows": 2, "tokens_counted": 6, "target": "t"})
+    write_draft_card(tmp_path / "df", None, Path(f"{merged}.json"))
+    card = (tmp_path / "df" / "MODEL_CARD.md").read_text()
+    assert "## Draft vocabulary" in card and "the 3 most frequent token ids" in card and "--data p.jsonl" in card

@@ -102,8 +102,11 @@ def _draft_vocab(args: argparse.Namespace) -> int:
             if f.endswith(".safetensors"):  # regenerated training data: the answer tokens (under loss_mask)
                 d = load_regenerated(f)
                 rows += [t[m.bool()].tolist() for t, m in zip(d["tokens"], d["loss_mask"], strict=True)]
-            else:  # a prompts JSONL: each row's chat-templated tokens
-                rows += [row_ids(tok, r) for r in read_prompt_rows(Path(f))]
+            else:  # a prompts JSONL: each row's chat-templated tokens, and its reference answer where it has one
+                for r in read_prompt_rows(Path(f)):
+                    rows.append(row_ids(tok, r))
+                    if isinstance(r.get("answer"), str):
+                        rows.append(tok.encode(r["answer"], add_special_tokens=False))
         order, counted = token_frequency_order(rows, vocab_size)
     except (FileNotFoundError, ValueError, ChatError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -162,7 +165,10 @@ def register(sub) -> None:
     )
     s.add_argument("--target", required=True, help="the target folder (tokenizer and vocabulary size)")
     s.add_argument(
-        "--data", required=True, nargs="+", help="regenerated data (.safetensors: answer tokens) or prompts (.jsonl)"
+        "--data",
+        required=True,
+        nargs="+",
+        help="regenerated data (.safetensors: its answer tokens) or prompts (.jsonl: prompt and 'answer' tokens)",
     )
     s.add_argument("--out", required=True, help="the drafter folder to write draft_vocab.json into")
     s.add_argument("--keep", type=int, default=16384, help="most frequent ids kept in the file (default 16384)")

@@ -8,14 +8,23 @@ from collections.abc import Callable
 from pathlib import Path
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp_path)`` then rename onto ``path`` (same directory, so the rename is atomic)."""
+    """Call ``write(tmp_path)`` then rename onto ``path`` (same directory, so the rename is atomic). The file
+    gets the permissions a plain ``open`` would give it (mkstemp's are owner-only: a server or a colleague
+    running as another user could not read a checkpoint or data file written this way)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

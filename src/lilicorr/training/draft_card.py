@@ -216,4 +216,25 @@ def write_draft_card(
             "|---|---|---|---|---|---|---|",
             *rows,
         ]
+    lines += draft_vocab_section(model_dir)
     atomic_write_text(model_dir / "MODEL_CARD.md", "\n".join(lines) + "\n")
+
+
+def draft_vocab_section(model_dir: Path) -> list[str]:
+    """The card's lines on the folder's ``draft_vocab.json`` (none without one): where its ids came from."""
+    path = model_dir / "draft_vocab.json"
+    if not path.exists():
+        return []
+    d = json.loads(path.read_text())
+    src = d.get("source", {})
+    return [
+        "",
+        "## Draft vocabulary",
+        "",
+        f"`draft_vocab.json`: the {len(d['token_ids'])} most frequent token ids (most frequent first) of "
+        f"{', '.join(f'`{x}`' for x in src.get('data', []))} ({src.get('rows', '?')} rows, "
+        f"{src.get('tokens_counted', '?')} tokens), written by `lilicorr data draft-vocab --target "
+        f"{src.get('target', '?')} --data {' '.join(src.get('data', []))} --out {model_dir}`. With "
+        "`draft_vocab_size: N` (speculative config; `--draft-vocab-size N`) the engine drafts through the LM "
+        "head over the first N of them only — cheaper, still lossless. vLLM and SGLang ignore the file.",
+    ]
