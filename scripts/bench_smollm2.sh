@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The SmolLM2 comparison behind docs/results/smollm2.md: every shipped SmolLM2 drafter and head on MT-Bench
 # (8 categories) + HumanEval, round-robin PER_CAT prompts per category, T = 0 and 1, batch 1, in one
-# process beside AR and transformers' generate(). Run it alone on the machine (timings). Resumable.
+# process beside AR and transformers' generate(). Run it alone on the machine (timings). Resumable. Knobs:
+# PER_CAT (prompts per category; ≥ 4 for the ≥ 32 prompts the drafters issue asks), MAX_NEW, DTYPE, QUANT,
+# EXTRA_DRAFTS, EXTRA_ARMS, OUT, NOTES.
+PER_CAT=${PER_CAT:-4}  # 36 prompts
 source "$(dirname "$0")/eval_prompts.sh"
 OUT=${OUT:-runs/bench-smollm2}
 DTYPE=${DTYPE:-auto}
@@ -31,5 +34,8 @@ done
 $L bench --target models/smollm2-135m-instruct "${DRAFTS[@]/#/--draft=}" --only "${ONLY[@]}" \
   --prompts data/prompts/eval-mt-bench-humaneval.jsonl --num-prompts $((9 * PER_CAT)) --max-new-tokens $MAX_NEW \
   --temperatures 0 1 --dtype $DTYPE --threads 2 --no-sweep --out "$OUT"
+# the command the page records: the script with the knobs this run was given
+KNOBS=""
+for k in PER_CAT MAX_NEW DTYPE QUANT EXTRA_DRAFTS EXTRA_ARMS; do [ -z "${!k:-}" ] || KNOBS+="$k='${!k}' "; done
 $L report "$OUT/results.json" --out docs/results/smollm2.md --title "Results: SmolLM2-135M-Instruct drafters" \
-  --baseline smollm2-dflash --command "scripts/bench_smollm2.sh" --notes ${NOTES:-docs/results/smollm2-notes.md}
+  --baseline smollm2-dflash --command "${KNOBS}scripts/bench_smollm2.sh" --notes ${NOTES:-docs/results/smollm2-notes.md}
