@@ -9,7 +9,8 @@
 # Resumable (runs/bench-speed/parts). Knobs: PER_CAT (prompts per category, default 4: 36 prompts), TEMPS
 # (default "0 1"), SWEEP (0: no throughput sweep), ONLY_ARMS (a subset of the arms below, space-separated),
 # DTYPE (engine dtype, default auto), PAGE and NOTES (the page written, and the notes it includes), VOCABS (draft
-# vocabulary sizes: each drafting arm also as ARM@vN, drafting from the folder's draft_vocab.json).
+# vocabulary sizes: each drafting arm also as ARM@vN, drafting from the folder's draft_vocab.json), GATE (1: each
+# drafting arm without adaptive verification also as ARM+gate, with the measured draft gate alone).
 # NAME:default is exactly what `generate --draft` / `make run` / `serve` run (decoding.config.FASTEST);
 # NAME:tree+lookup@b16 / NAME:ddtree+lookup@b16 the same tree without adaptive verification (the previous default).
 PER_CAT=${PER_CAT:-4}
@@ -24,9 +25,9 @@ SWEEP_ARGS=(--sweep-concurrency 1 2 4 8 16 32 --sweep-input-lens 128 1024 --swee
 [ "${SWEEP:-1}" = 1 ] || SWEEP_ARGS=(--no-sweep)
 # the command the page records: the script with the knobs this run was given
 KNOBS=""
-for k in PER_CAT TEMPS SWEEP ONLY_ARMS DTYPE PAGE NOTES VOCABS; do [ -z "${!k:-}" ] || KNOBS+="$k='${!k}' "; done
+for k in PER_CAT TEMPS SWEEP ONLY_ARMS DTYPE PAGE NOTES VOCABS GATE; do [ -z "${!k:-}" ] || KNOBS+="$k='${!k}' "; done
 $L bench --target models/smollm2-135m-instruct --draft models/$D --draft models/$LL --draft models/$C \
-  --only "${ARMS[@]}" --tree-budgets 16 --paired-ar ${VOCABS:+--draft-vocab-sizes $VOCABS} \
+  --only "${ARMS[@]}" --tree-budgets 16 --paired-ar ${VOCABS:+--draft-vocab-sizes $VOCABS} ${GATE:+--with-draft-gate} \
   --prompts data/prompts/eval-mt-bench-humaneval.jsonl --num-prompts $((9 * PER_CAT)) --max-new-tokens $MAX_NEW \
   --temperatures ${TEMPS:-0 1} --dtype ${DTYPE:-auto} --threads 2 "${SWEEP_ARGS[@]}" --out "$OUT"
 $L report "$OUT/results.json" --out ${PAGE:-docs/results/smollm2-speed.md} --title "Results: speed on SmolLM2-135M-Instruct" \

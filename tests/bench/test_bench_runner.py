@@ -173,3 +173,6 @@ def test_draft_vocab_arms_and_stable_part_keys(drafts):
     assert set(by_name) == {"ar", "ngram", "df", "df@v64"} and by_name["df@v64"].draft_vocab_size == 64
     assert "draft_vocab_size" not in arm_key(by_name["df"]) and arm_key(by_name["df@v64"])["draft_vocab_size"] == 64
     assert "ngram@v64" not in {a.name for a in choose_variants(drafts, draft_vocabs=[64])}  # no drafter, no vocab
+    gated = {a.name: a for a in choose_variants(drafts, gate=True)}
+    assert gated["df+gate"].draft_gate and not gated["df"].draft_gate and "draft_gate" not in arm_key(gated["df"])
+    assert "df:adaptive+gate" not in gated and "ngram+gate" not in gated  # adaptive arms have the gate already

@@ -122,6 +122,16 @@ def test_unsure_drafts_fall_back_to_ar_steps(tiny_target):
     assert engine.stats.num_draft_tokens == 0 and engine.stats.num_proposed_tokens > 0
 
 
+def test_no_gate_unless_asked(tiny_target):
+    draft = random_draft(tiny_target, lilicorr=False)
+    assert build_engine(tiny_target, SpecConfig(method="dflash"), draft).gate is None
+    from lilicorr.decoding.config import parse_speculative_config
+
+    assert parse_speculative_config({"method": "dflash", "model": "x", "draft_gate": True}).draft_gate
+    with pytest.raises(ValueError, match="'draft_gate' must be true or false"):
+        parse_speculative_config({"method": "dflash", "model": "x", "draft_gate": 1})
+
+
 def test_speculative_config_key():
     from lilicorr.decoding.config import parse_speculative_config
 
@@ -227,16 +237,20 @@ def test_gate_refreshes_the_plain_rate():
     assert _steps(gate, 12, drafted_tokens=3) == "D.DDDD.DDDD."  # a plain step after max_pause drafting steps
 
 
-def test_slow_drafter_falls_back_to_plain_steps(tiny_target, monkeypatch):
-    """A drafter made measurably slow (a sleep in its pass) whose drafts the width rule would still verify:
-    the gate turns most steps into plain ones, and the output is still the target's own."""
+@pytest.mark.parametrize("alone", [False, True], ids=["with-width-rule", "gate-alone"])
+def test_slow_drafter_falls_back_to_plain_steps(tiny_target, monkeypatch, alone):
+    """A drafter made measurably slow (a sleep in its pass) whose drafts the width rule would still verify (or,
+    ``draft_gate`` alone, with no width rule): the gate turns most steps into plain ones, and the output is
+    still the target's own."""
     import time
 
     prompts = _prompts(2)
     ref = [_greedy_no_cache(tiny_target.model, p, MAX_TOKENS) for p in prompts]
-    cfg = SpecConfig(method="dflash", enable_adaptive_verification=True)
+    cfg = SpecConfig(method="dflash", enable_adaptive_verification=not alone, draft_gate=alone)
     engine = build_engine(tiny_target, cfg, random_draft(tiny_target, lilicorr=False))
-    engine.adaptive.cost = CostModel(base=1.0, per_token=0.0)  # verify width looks free: the rule drafts fully
+    assert (engine.adaptive is None) == alone and engine.gate is not None
+    if not alone:
+        engine.adaptive.cost = CostModel(base=1.0, per_token=0.0)  # verify width looks free: the rule drafts fully
     slow = engine._draft
 
     def sleepy(*args, **kwargs):

@@ -32,6 +32,7 @@ class Variant:
     enable_adaptive_verification: bool = False
     options: dict = field(default_factory=dict)  # the method's own options (e.g. tree_budget)
     draft_vocab_size: int = 0  # > 0: draft from the folder's N most frequent tokens (decoding/draft_vocab.py)
+    draft_gate: bool = False  # the measured draft gate without adaptive verification's width rule
 
 
 # ``+lookup`` trees also graft the prompt-lookup continuation (the ``ngram`` method's, same keys and values)
@@ -44,6 +45,8 @@ def arm_key(arm: Variant) -> dict:
     key = asdict(arm)
     if not arm.draft_vocab_size:
         del key["draft_vocab_size"]
+    if not arm.draft_gate:
+        del key["draft_gate"]
     return key
 
 
@@ -125,6 +128,17 @@ def with_draft_vocabs(arms: list[Variant], sizes: list[int]) -> list[Variant]:
     return out
 
 
+def with_draft_gate(arms: list[Variant]) -> list[Variant]:
+    """Each arm that drafts with a model, without adaptive verification, also with the draft gate alone
+    (``name+gate``), beside itself."""
+    out = []
+    for a in arms:
+        out.append(a)
+        if get_method(a.method).needs_draft and not a.enable_adaptive_verification:
+            out.append(replace(a, name=f"{a.name}+gate", draft_gate=True))
+    return out
+
+
 def variant_engine(target: TargetRuntime, arm: Variant, drafts: dict, references: dict | None) -> SpecEngine:
     """The engine of one arm, through the methods registry (the oracle gets the greedy references)."""
     spec = SpecConfig.from_attrs(arm)  # the arm's fields carry vLLM's option names
@@ -139,6 +153,7 @@ def choose_variants(
     only: list[str] | None = None,
     sweep: list[str] | None = None,
     draft_vocabs: list[int] | None = None,
+    gate: bool = False,
 ) -> list[Variant]:
     """The bench's variants for ``drafts``: each draft length and tree budget asked for, then ``only`` those
     named (plain decoding always runs); a name in ``only`` or ``sweep`` that is not there is a named error."""
@@ -149,6 +164,8 @@ def choose_variants(
         variants = with_tree_budgets(variants, tree_budgets)
     if draft_vocabs:
         variants = with_draft_vocabs(variants, draft_vocabs)
+    if gate:
+        variants = with_draft_gate(variants)
     if only:  # after the draft-length expansion, so ARM@nN can be picked one by one
         unknown = set(only) - {v.name for v in variants}
         if unknown:

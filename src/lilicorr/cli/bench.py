@@ -49,6 +49,7 @@ def _bench(args: argparse.Namespace) -> int:
             args.only,
             args.sweep_arms,
             draft_vocabs=args.draft_vocab_sizes,
+            gate=args.with_draft_gate,
         )
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -153,6 +154,11 @@ def register(sub) -> None:
         default=None,
         help="drafter vocabularies to compare (each drafting arm also once per value, named ARM@vN: the "
         "folder's N most frequent tokens, its draft_vocab.json)",
+    )
+    s.add_argument(
+        "--with-draft-gate",
+        action="store_true",
+        help="each drafting arm without adaptive verification also with the measured draft gate alone (ARM+gate)",
     )
     s.add_argument("--long-prompts", type=int, default=4, help="long-context prompts added (category 'long')")
     s.add_argument("--long-tokens", type=int, default=2560, help="length of the long prompts")

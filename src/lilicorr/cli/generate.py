@@ -54,6 +54,12 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
         help="draft from the drafter folder's N most frequent tokens only (its draft_vocab.json, made by "
         "`lilicorr data draft-vocab`): a cheaper drafter LM head, still lossless (0: the whole vocabulary)",
     )
+    p.add_argument(
+        "--draft-gate",
+        action="store_true",
+        help="pause drafting (1, 2, 4 … 64 steps) while drafting steps measure slower than plain ones, without "
+        "adaptive verification's width rule (which includes the gate)",
+    )
     p.add_argument("--compare-ar", action="store_true", help="also decode autoregressively and print the speedup")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)

@@ -29,6 +29,7 @@ COMMON_KEYS = (
     "draft_sample_method",
     "rejection_sample_method",
     "enable_adaptive_verification",
+    "draft_gate",  # lilicorr's: pause drafting while it measures slower than plain steps (decoding/adaptive.py)
     "draft_vocab_size",  # lilicorr's: draft from the folder's N most frequent tokens (decoding/draft_vocab.py)
 )
 
@@ -44,6 +45,7 @@ class SpecConfig:
     options: dict[str, int | str] = field(default_factory=dict)  # e.g. prompt_lookup_max, tree_budget
     enable_adaptive_verification: bool = False  # verify only the prefix that pays (decoding/adaptive.py)
     draft_vocab_size: int = 0  # > 0: the drafter's LM head over the folder's N most frequent tokens only
+    draft_gate: bool = False  # the measured draft gate without adaptive verification's width rule (on with it)
 
     @classmethod
     def from_attrs(cls, source, **overrides) -> SpecConfig:
@@ -124,6 +126,9 @@ def parse_speculative_config(cfg: dict) -> SpecConfig:
     adaptive = cfg.get("enable_adaptive_verification", False)
     if not isinstance(adaptive, bool):
         raise ValueError(f"'enable_adaptive_verification' must be true or false, got {adaptive!r}")
+    gate = cfg.get("draft_gate", False)
+    if not isinstance(gate, bool):
+        raise ValueError(f"'draft_gate' must be true or false, got {gate!r}")
     vocab = cfg.get("draft_vocab_size", 0)
     if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 0:
         raise ValueError(f"'draft_vocab_size' must be a non-negative integer (0: the whole vocabulary), got {vocab!r}")
@@ -135,6 +140,7 @@ def parse_speculative_config(cfg: dict) -> SpecConfig:
         options=options,
         enable_adaptive_verification=adaptive,
         draft_vocab_size=vocab,
+        draft_gate=gate,
     )
     method.resolve_options(options)  # an option of another method → named error now
     return spec

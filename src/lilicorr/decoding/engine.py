@@ -70,7 +70,8 @@ class SpecEngine:
         if self.proposer.needs_draft and self.n and (config.enable_adaptive_verification or self.proposer.auto_budget):
             width = nodes or self.n
             self.adaptive = AdaptiveWidth(width, CostModel.measure(target, width + 1), tree=bool(nodes))
-            self.gate = DraftGate()
+        if self.proposer.needs_draft and self.n and (self.adaptive is not None or config.draft_gate):
+            self.gate = DraftGate()  # alone (draft_gate): full proposals, or plain steps while drafting loses
         self.draft_head = None  # the LM head the drafter drafts through: its own, or the target's
         if draft is not None and self.proposer.needs_draft:
             self.draft_head = draft.lm_head if draft.lm_head is not None else target.lm_head
@@ -213,7 +214,7 @@ class SpecEngine:
                 self.stats.num_paused_steps += not drafting
                 tokens = sum(len(v.tokens) for v in verdicts)
                 seconds = time.perf_counter() - t_draft
-                self.gate.record(drafting, seconds, tokens, chose_none=drafting and not width, batch=len(verdicts))
+                self.gate.record(drafting, seconds, tokens, chose_none=drafting and width == 0, batch=len(verdicts))
             self._drop_finished()
         return emitted
 
