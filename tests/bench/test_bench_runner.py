@@ -158,6 +158,8 @@ def test_default_arm_is_exactly_the_shipped_default(tiny_target_dir, drafts):
         arm = by_name[f"{Path(d).name}:default"]
         assert arm.method == cfg.pop("method") and arm.draft == cfg.pop("model") == d
         assert arm.enable_adaptive_verification == cfg.pop("enable_adaptive_verification", False)
+        assert arm.draft_gate == cfg.pop("draft_gate", False)
+        assert arm.draft_vocab_size == cfg.pop("draft_vocab_size", 0)
         assert arm.options == cfg
     res = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 6, arms=[by_name["ar"], by_name["lc:default"]])
     assert all(r.get("identical_to_ar", True) for r in res["runs"])

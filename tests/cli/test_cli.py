@@ -275,10 +275,10 @@ def test_generate_with_draft_alone_runs_the_default_configuration(tiny_target_di
     assert main([*args, "--max-new-tokens", "8", "--compare-ar", "--json"]) == 0
     rec = json.loads(capsys.readouterr().out.strip().splitlines()[0])
     assert rec["method"] == FASTEST["lilicorr"]["method"] and rec["ar_identical"] is True
-    assert rec.get("adaptive_verification") is FASTEST["lilicorr"]["enable_adaptive_verification"]  # all of it
+    assert rec.get("draft_gate") is FASTEST["lilicorr"]["draft_gate"]  # all of it, not only the method
     assert main([*args, "--max-new-tokens", "4", "--json", "--num-speculative-tokens", "2"]) == 0
     tuned = json.loads(capsys.readouterr().out.strip().splitlines()[0])
-    assert tuned["method"] == "lilicorr" and "adaptive_verification" not in tuned
+    assert tuned["method"] == "lilicorr" and "draft_gate" not in tuned
 
 
 def test_data_regenerate_bad_input_is_a_named_error(tiny_target_dir, tmp_path, capsys):

@@ -93,6 +93,8 @@ def default_variant(draft: str) -> Variant:
         draft,
         enable_adaptive_verification=spec.enable_adaptive_verification,
         options=dict(spec.options),
+        draft_vocab_size=spec.draft_vocab_size,
+        draft_gate=spec.draft_gate,
     )
 
 

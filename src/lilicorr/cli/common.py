@@ -46,7 +46,7 @@ def add_method_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="proposal method. Default with --draft alone (no method option, draft length or sampling chosen): "
         "the fastest lossless configuration measured (lilicorr.decoding.config.FASTEST: a LiLiCorr folder runs "
-        "lilicorr-tree with 16 nodes, the prompt-lookup graft and adaptive verification, a DFlash folder ddtree "
+        "lilicorr-tree with 16 nodes, the prompt-lookup graft and the measured draft gate, a DFlash folder ddtree "
         "likewise, an arm folder its arm); with any of those chosen, what the folder is (vLLM's rule); "
         "ar without --draft. "
         f"{lines}",

@@ -159,6 +159,8 @@ def run_generate(args: argparse.Namespace) -> int:
         }
         if engine.adaptive is not None:
             out["adaptive_verification"] = True
+        if engine.gate is not None:
+            out["draft_gate"] = True
         if engine.speculative:
             st = req.stats
             out.update(
@@ -204,10 +206,11 @@ def run_generate(args: argparse.Namespace) -> int:
             "tau": round(engine.stats.tau, 4),
             "tokens_per_s": round(totals["spec_tokens"] / max(totals["spec_s"], 1e-9), 2),
         }
+        if engine.gate is not None:
+            summary["num_paused_steps"] = engine.stats.num_paused_steps
         if engine.adaptive is not None:  # predicted vs realised acceptance per draft position
             summary["num_verified_tokens"] = engine.stats.num_draft_tokens
             summary["num_proposed_tokens"] = engine.stats.num_proposed_tokens
-            summary["num_paused_steps"] = engine.stats.num_paused_steps
             summary["adaptive_calibration"] = engine.adaptive.calibration()
         if ar_engine is not None:
             ar_tps = totals["ar_tokens"] / max(totals["ar_s"], 1e-9)

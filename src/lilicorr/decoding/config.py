@@ -88,13 +88,14 @@ def _folder_kind(draft_dir: str | Path | None) -> str | None:
 # The fastest lossless configuration measured per drafter kind (the table and its command are in the
 # speed results): what `generate --draft` alone, `make run` and a bare `lilicorr serve` use. The library's
 # own default (``SpecConfig(method=None)``, a vLLM config with ``method: "dflash"``) stays vLLM's rule.
-# Adaptive verification makes the default fall back towards plain steps where drafting does not pay (a weak
-# drafter, a machine whose verify costs more than its drafts return): each step verifies only the prefix of
-# the tree that pays, none at all (a plain step, then a pause in drafting) when nothing does.
+# The draft gate makes the default fall back towards plain steps where drafting does not pay (a weak drafter, a
+# machine whose drafting step costs more than its drafts return): it measures tokens per second of drafting
+# and of plain steps and pauses drafting while it loses. Measured against adaptive verification (whose width
+# rule also chooses no drafts on steps that would have paid) in docs/results/smollm2-speed-intel*.md.
 LOOKUP_ON = {"prompt_lookup_max": 4, "prompt_lookup_min": 1}  # the trees' prompt-lookup graft: ngram's defaults
 FASTEST: dict[str, dict[str, int | str | bool]] = {
-    "lilicorr": {"method": "lilicorr-tree", "tree_budget": 16, **LOOKUP_ON, "enable_adaptive_verification": True},
-    "dflash": {"method": "ddtree", "tree_budget": 16, **LOOKUP_ON, "enable_adaptive_verification": True},
+    "lilicorr": {"method": "lilicorr-tree", "tree_budget": 16, **LOOKUP_ON, "draft_gate": True},
+    "dflash": {"method": "ddtree", "tree_budget": 16, **LOOKUP_ON, "draft_gate": True},
 }
 
 
