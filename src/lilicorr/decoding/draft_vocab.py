@@ -2,7 +2,8 @@
 
 Why: a DFlash drafter drafts through the target's LM head, and on a CPU that product over the whole
 vocabulary is most of a drafting step (SmolLM2: 49 152 × 576 per drafted slot; a 7-slot block measured
-23 ms in fp32 and 5.7 ms in bf16 against 2.2 / 0.8 ms over 8 192 tokens on an Intel AMX core pair).
+23 ms in fp32 and 5.7 ms in bf16 against 2.2 / 0.8 ms over 8 192 tokens on an Intel AMX core pair,
+``python benchmarks/draft_head_cost.py``).
 Drafting from the frequent tokens only costs some acceptance (a token outside the set cannot be drafted)
 and nothing else: verification never reads the drafter's logits, so every method stays lossless.
 LiLiCorr's log-prob features are then normalised over the same set, as in training with ``--train-vocab``.

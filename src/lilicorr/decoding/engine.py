@@ -64,7 +64,7 @@ class SpecEngine:
         else:  # a model-free proposer (ar: 0 tokens; ngram: its own count)
             self.n = self.proposer.n
         self.adaptive: AdaptiveWidth | None = None
-        self.gate: DraftGate | None = None  # adaptive: whether a step runs the drafter at all (measured)
+        self.gate: DraftGate | None = None  # adaptive / draft_gate: whether a step runs the drafter (measured)
         self._draft_cost: float | None = None  # adaptive: seconds the drafter takes per step (running mean)
         nodes = max(self.proposer.tree_budget - 1, 0)  # a tree's drafted nodes; 0 for chains
         if self.proposer.needs_draft and self.n and (config.enable_adaptive_verification or self.proposer.auto_budget):
