@@ -4,7 +4,9 @@
 # regenerated data and cached features, and validates on the same held-out rows and blocks.
 #   scripts/curves_smollm2.sh [RUN ...]      (default: all runs below; a finished run is skipped)
 # Then: lilicorr report --curves runs/curves/A runs/curves/B ... --out docs/results/curves-NAME.png
-# Knobs: MINUTES (budget per run, 8), ROWS (training rows of the data, 1024).
+# Knobs: MINUTES (budget per run, 8), ROWS (training rows of the data, 1024), DATA and FEATS (the first-turn
+# data and its feature cache; e.g. a file merged from the finished shards of a running data job:
+# `lilicorr data merge data/regen-smollm2/sharegpt.safetensors.shards --out data/regen-smollm2/sharegpt-first-head.safetensors`).
 # Needs the first-turn data and its feature cache (STAGES=scale scripts/ship_smollm2.sh, then
 # `lilicorr data features ... --out data/cache/features-smollm2-first`; its first ROWS rows suffice).
 set -euo pipefail
@@ -13,8 +15,8 @@ export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
 L=.venv/bin/lilicorr
 MINUTES=${MINUTES:-8}
 ROWS=${ROWS:-1024}
-DATA=data/regen-smollm2/sharegpt-first.safetensors
-FEATS=data/cache/features-smollm2-first
+DATA=${DATA:-data/regen-smollm2/sharegpt-first.safetensors}
+FEATS=${FEATS:-data/cache/features-smollm2-first}
 FIXED=data/regen-smollm2/sharegpt-fixed.safetensors
 FIXED_FEATS=data/cache/features-smollm2-fixed
 BASE="--target models/smollm2-135m-instruct --mode dflash --block-size 8 --gamma 4 --lr 1e-3 --seed 0
@@ -22,6 +24,7 @@ BASE="--target models/smollm2-135m-instruct --mode dflash --block-size 8 --gamma
 # today's shipped recipe (1 thread, 16 anchors per row, full-vocabulary logits) and the throughput recipe
 TODAY="--threads 1 --anchors 16 --val-every 25"
 FAST="--threads 2 --anchors 64 --train-vocab 8192 --val-every 100"
+SPARSE="--threads 2 --anchors 16 --train-vocab 8192 --val-every 100 --lr 3e-3 --gamma 1"  # the best 8-minute recipe
 declare -A RUNS=(
   [today-d1]="$TODAY --num-layers 1"
   [fast-d1]="$FAST --num-layers 1"
@@ -32,8 +35,15 @@ declare -A RUNS=(
   [fast-d1-tinit]="$FAST --num-layers 1 --init-from-target"
   [fast-d1-lr3e-3]="$FAST --num-layers 1 --lr 3e-3"
   [fast-d1-lr3e-3-g1]="$FAST --num-layers 1 --lr 3e-3 --gamma 1"
-  [sparse-g1]="--threads 2 --anchors 16 --train-vocab 8192 --val-every 100 --num-layers 1 --lr 3e-3 --gamma 1"
+  [sparse-g1]="$SPARSE --num-layers 1"
   [long-g1]="$FAST --num-layers 1 --lr 3e-3 --gamma 1"  # the budget question: MINUTES=24 ROWS=1344
+  # distillation from the target's distribution, the T=0 / T=1 mix, regularisation, depth (on sparse-g1)
+  [sparse-g1-kd05]="$SPARSE --num-layers 1 --kd-weight 0.5"
+  [sparse-g1-kd1]="$SPARSE --num-layers 1 --kd-weight 1"
+  [sparse-g1-greedy]="$SPARSE --num-layers 1 --train-rows greedy"
+  [sparse-g1-sampled]="$SPARSE --num-layers 1 --train-rows sampled"
+  [sparse-g1-wd01]="$SPARSE --num-layers 1 --weight-decay 0.1"
+  [sparse-g1-d2]="$SPARSE --num-layers 2"
 )
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(today-d1 fast-d1 dense-fullvocab-d1 fast-d2 fast-d3 fast-d1-fixed fast-d1-tinit fast-d1-lr3e-3

@@ -578,3 +578,33 @@ def test_draft_card_records_merged_data_the_rows_used_and_the_curve(tiny_target_
     write_draft_card(tmp_path / "df", None, Path(f"{merged}.json"))
     card = (tmp_path / "df" / "MODEL_CARD.md").read_text()
     assert "## Draft vocabulary" in card and "the 3 most frequent token ids" in card and "--data p.jsonl" in card
+
+
+def test_training_rows_pick_greedy_or_sampled_rows_after_the_held_out_ones():
+    from lilicorr.training.draft import training_rows
+
+    sampled = torch.tensor([False, True, False, True, True, False])
+    assert training_rows(sampled, 2, "all").tolist() == [2, 3, 4, 5]
+    assert training_rows(sampled, 2, "greedy").tolist() == [2, 5]
+    assert training_rows(sampled, 2, "sampled").tolist() == [3, 4]
+    with pytest.raises(ValueError, match="no sampled row"):
+        training_rows(torch.zeros(6, dtype=torch.bool), 2, "sampled")
+
+
+@pytest.mark.parametrize("which", ["greedy", "sampled"])
+def test_train_rows_feeds_only_the_chosen_rows(tiny_target_dir, regen_data, tmp_path, monkeypatch, which):
+    """``--train-rows``: every training batch holds only greedy (or only sampled) rows, never a held-out one."""
+    from lilicorr.training import draft as draft_module
+
+    seen: list[int] = []
+    real_get = draft_module.Batches.get
+
+    def spy(self, idx, length=None):
+        seen.extend(int(i) for i in idx)
+        return real_get(self, idx, length)
+
+    monkeypatch.setattr(draft_module.Batches, "get", spy)
+    train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / which, "dflash", steps=6, train_rows=which))
+    trained = [i for i in seen if i >= 8]  # validation reads rows 0..7 (val_sequences=8)
+    assert len(trained) == 6 * 4  # 6 steps × batch 4
+    assert {i % 2 == 1 for i in trained} == {which == "sampled"}  # the fixture samples the odd rows at T=1

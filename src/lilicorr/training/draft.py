@@ -169,6 +169,7 @@ class Batches:
         data = load_regenerated(cfg.data)
         rows = slice(0, cfg.max_sequences or None)
         self.tokens, self.mask = data["tokens"][rows].long(), data["loss_mask"][rows].bool()
+        self.sampled = data["sampled"][rows].bool()  # [rows]: the answer was sampled at T=1 (else greedy)
         self.store = None
         if cfg.features:
             from lilicorr.training.features import FeatureStore
@@ -186,6 +187,18 @@ class Batches:
         cols = slice(0, length)
         feats = self.store.get(idx, length) if self.store is not None else None
         return self.tokens[idx, cols].to(self.device), self.mask[idx, cols], feats
+
+
+def training_rows(sampled: torch.Tensor, n_val: int, which: str) -> torch.Tensor:
+    """Indices of the rows that train: all after the ``n_val`` held-out ones, or only the greedy (T=0) or
+    sampled (T=1) ones among them. An empty choice is an error, not a silent fallback to every row."""
+    rows = torch.arange(n_val, len(sampled))
+    if which == "all":
+        return rows
+    keep = sampled[rows] if which == "sampled" else ~sampled[rows]
+    if not bool(keep.any()):
+        raise ValueError(f"--train-rows {which}: no {which} row among the {len(rows)} training rows of the data")
+    return rows[keep]
 
 
 VAL_ANCHORS = 32  # blocks per held-out sequence, fixed so that runs with other --anchors validate alike
@@ -236,7 +249,9 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
     batches = Batches(cfg, model.cfg.target_layer_ids, device)
     n_val = min(cfg.val_sequences, len(batches) // 5)
     val_idx = torch.arange(n_val)
-    train_mask = batches.mask[n_val:]  # the first n_val rows (prompts) are held out, with or without --val-data
+    # the first n_val rows (prompts) are held out, with or without --val-data; --train-rows picks among the rest
+    train_rows = training_rows(batches.sampled, n_val, cfg.train_rows)  # [rows that train]: indices into batches
+    train_mask = batches.mask[train_rows]
     val_batches = batches
     if cfg.val_data:  # e.g. fixed answers trained, validated on what the target itself says to the same prompts
         val_cfg = replace(cfg, data=cfg.val_data, features=cfg.val_features, max_sequences=n_val)
@@ -263,17 +278,19 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
     )
     step_fn = DraftStep(cfg, target, model, arm)
     if cfg.train_vocab:
-        step_fn.frequent = frequent_tokens(batches.tokens[n_val:], train_mask, cfg.train_vocab, model.cfg.vocab_size)
+        step_fn.frequent = frequent_tokens(
+            batches.tokens[train_rows], train_mask, cfg.train_vocab, model.cfg.vocab_size
+        )
     clip_groups = [g for g in ([p for p in grp if p.requires_grad] for grp in _param_groups(trainable)) if g]
     per_rank = cfg.batch_size // world
     trainable.train()
     while not run.done:
         for g in opt.param_groups:
             g["lr"] = lr_at(run.step, cfg, run.state["elapsed_s"])
-        idx = torch.randint(len(train_mask), (cfg.batch_size,), generator=gen)  # global batch, same on every rank
+        idx = torch.randint(len(train_rows), (cfg.batch_size,), generator=gen)  # global batch, same on every rank
         anchors, valid = sample_anchors(train_mask[idx], cfg.anchors, step_fn.block, gen)
         sl = slice(rank * per_rank, (rank + 1) * per_rank)
-        tk, mk, feats = batches.get(idx[sl] + n_val, int(anchors.max()) + step_fn.block)  # up to the last block
+        tk, mk, feats = batches.get(train_rows[idx[sl]], int(anchors.max()) + step_fn.block)  # up to the last block
         res = step_fn(tk, mk, anchors[sl].to(device), valid[sl].to(device), feats=feats)
         loss = combine_losses(res, cfg)
         opt.zero_grad(set_to_none=True)
