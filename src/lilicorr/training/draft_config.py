@@ -18,11 +18,10 @@ from lilicorr.models.draft import DraftModel, default_layer_ids_for
 from lilicorr.options import option
 from lilicorr.runtime.runtime import TargetRuntime
 from lilicorr.training.losses import HeadLossWeights
-
-TRAIN_ROWS = ("all", "greedy", "sampled")  # --train-rows: every row, or the T=0 / T=1 rows alone
 from lilicorr.training.modes import MODES, get_mode
 
 DEVICES = ("auto", "cpu", "cuda")
+TRAIN_ROWS = ("all", "greedy", "sampled")  # --train-rows: every row, or the T=0 / T=1 rows alone
 
 
 @dataclass
