@@ -462,6 +462,7 @@ def test_learning_curves_log_positions_and_plot(tiny_target_dir, regen_data, tmp
     assert main(["report", "--curves", *runs, "--out", str(png), "--table", str(page), "--title", "T"]) == 0
     rows = [x for x in page.read_text().splitlines() if x.startswith("| a-run") or x.startswith("| b-run")]
     assert len(rows) == 2 and f"| {pts[-1]['tau']:.4f} |" in rows[0] and "curves.png" in page.read_text()
+    assert f"| {pts[-1]['tau_greedy']:.4f} / {pts[-1]['tau_sampled']:.4f} |" in rows[0]  # per kind of held-out row
 
 
 def test_training_vocabulary_is_a_column_subset_of_the_full_logits(tiny_target_dir, regen_data):
@@ -608,3 +609,32 @@ def test_train_rows_feeds_only_the_chosen_rows(tiny_target_dir, regen_data, tmp_
     trained = [i for i in seen if i >= 8]  # validation reads rows 0..7 (val_sequences=8)
     assert len(trained) == 6 * 4  # 6 steps × batch 4
     assert {i % 2 == 1 for i in trained} == {which == "sampled"}  # the fixture samples the odd rows at T=1
+
+
+def test_validation_splits_greedy_and_sampled_rows_over_the_same_blocks(tiny_target_dir, regen_data):
+    """Held-out metrics per kind of row (T=0 decoding is judged on the greedy rows) add up to the unsplit
+    figures over exactly the same blocks: splitting a batch by kind must not move an anchor or a row."""
+    from lilicorr.runtime.runtime import TargetRuntime
+    from lilicorr.training.draft import VAL_ANCHORS, Batches, validate
+
+    cfg = _cfg(tiny_target_dir, regen_data, "unused", "lilicorr")
+    target = TargetRuntime.load(tiny_target_dir)
+    model = build_model(cfg, target)
+    step, batches = DraftStep(cfg, target, model), Batches(cfg, model.cfg.target_layer_ids, "cpu")
+    val_idx = torch.arange(8)
+    out = validate(step, batches, val_idx, cfg)
+    # the unsplit reference: each batch in one pass, anchors from the same seeded generator
+    gen, sums = torch.Generator().manual_seed(12345), {}
+    model.eval()
+    with torch.no_grad():
+        for i in range(0, 8, cfg.batch_size):
+            tk, mk, _ = batches.get(val_idx[i : i + cfg.batch_size])
+            anchors, valid = sample_anchors(mk, VAL_ANCHORS, step.block, gen)
+            for k, v in step(tk, mk, anchors, valid, want_metrics=True).items():
+                sums[k] = sums.get(k, 0) + v
+    assert out["blocks"] == int(sums["m_blocks"]) == out["greedy"]["blocks"] + out["sampled"]["blocks"]
+    assert out["greedy"]["blocks"] > 0 and out["sampled"]["blocks"] > 0
+    assert out["top1_prefix"] == pytest.approx(float(sums["m_top1_prefix"]) / float(sums["m_blocks"]), abs=1e-4)
+    assert out["walk_prefix"] == pytest.approx(float(sums["m_walk_prefix"]) / float(sums["m_blocks"]), abs=1e-4)
+    parts = sum(out[k]["top1_prefix"] * out[k]["blocks"] for k in ("greedy", "sampled")) / out["blocks"]
+    assert parts == pytest.approx(out["top1_prefix"], abs=1e-3)

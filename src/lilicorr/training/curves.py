@@ -34,6 +34,10 @@ def read_curve(run_dir: str | Path) -> list[dict]:
                 "neighbour_same": val.get("neighbour_same"),
                 "slot1_acc": val["slot_acc"][0] if val.get("slot_acc") else None,
                 "walk_tau": 1 + val["walk_prefix"] if val.get("walk_prefix") is not None else None,  # LiLiCorr
+                # per kind of held-out row (logs from before the split have neither): T=0 decoding is judged on
+                # the greedy rows, sampling on the T=1 ones
+                "tau_greedy": val.get("greedy", {}).get("tau_top1_estimate"),
+                "tau_sampled": val.get("sampled", {}).get("tau_top1_estimate"),
             }
         )
     return points
@@ -67,7 +71,8 @@ def curves_table(runs: list[str | Path]) -> str:
     curves = {Path(r).name: read_curve(r) for r in runs}
     common = min((c[-1]["minutes"] for c in curves.values() if c), default=0.0)
     head = ("| run | data | layers | anchors | train vocab | threads | steps | minutes | positions (M) | positions/s "
-            f"| τ est. at {common:.1f} min | final τ est. | slot-1 acc | neighbour same |")  # fmt: skip
+            f"| τ est. at {common:.1f} min | final τ est. | greedy / sampled rows "
+            "| slot-1 acc | neighbour same |")  # fmt: skip
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for run in runs:
         name, pts, cfg = Path(run).name, curves[Path(run).name], run_config(run)
@@ -77,10 +82,11 @@ def curves_table(runs: list[str | Path]) -> str:
         pos = last["positions"] or 0
         rate = pos / (last["minutes"] * 60) if last["minutes"] else 0.0
         eq = _at_minutes(pts, common)
+        split = "—" if last["tau_greedy"] is None else f"{last['tau_greedy']:.4f} / {last['tau_sampled']:.4f}"
         lines.append(
             f"| {name} | {Path(cfg.get('data', '?')).stem} | {cfg.get('num_layers')} | {cfg.get('anchors')} "
             f"| {cfg.get('train_vocab') or 'all'} | {cfg.get('threads') or 'all'} | {last['step']} "
-            f"| {last['minutes']:.1f} | {pos / 1e6:.2f} | {rate:.0f} | {eq:.4f} | {last['tau']:.4f} "
+            f"| {last['minutes']:.1f} | {pos / 1e6:.2f} | {rate:.0f} | {eq:.4f} | {last['tau']:.4f} | {split} "
             f"| {last['slot1_acc']:.4f} | {last['neighbour_same']} |"
         )
     return "\n".join(lines) + "\n"
