@@ -290,6 +290,36 @@ def test_bench_quick_and_draft_card(tiny_target_dir, regen_data, tmp_path):
     write_draft_card(tmp_path / "lc", "lilicorr train draft …", meta, tmp_path / "bench" / "results.json", "bench …")
     card = (tmp_path / "lc" / "MODEL_CARD.md").read_text()
     assert "LiLiCorrDraftModel" in card and "| 0 | oracle |" in card and "lilicorr train draft …" in card
+    # `lilicorr card decoding`: only the Decoding section is rewritten, from another bench run
+    from lilicorr.cli.main import main
+
+    other = json.loads((tmp_path / "bench" / "results.json").read_text())
+    for r in other["runs"]:
+        r["arm"]["name"] = r["arm"]["name"].replace("lc:oracle", "lc:oracle@b16+gate")
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    assert (
+        main(["card", "decoding", str(tmp_path / "lc"), "--bench", str(tmp_path / "nope.json"), "--bench-command", "x"])
+        == 2
+    )
+    assert (tmp_path / "lc" / "MODEL_CARD.md").read_text() == card  # nothing written on bad input
+    assert (
+        main(
+            [
+                "card",
+                "decoding",
+                str(tmp_path / "lc"),
+                "--bench",
+                str(tmp_path / "other.json"),
+                "--bench-command",
+                "new …",
+            ]
+        )
+        == 0
+    )
+    updated = (tmp_path / "lc" / "MODEL_CARD.md").read_text()
+    assert updated.split("## Decoding")[0] == card.split("## Decoding")[0]  # training sections untouched
+    assert "| 0 | oracle (tree budget 16, draft gate) |" in updated and "`new …`" in updated
+    assert updated.count("## Decoding") == 1 and "`bench …`" not in updated
     from lilicorr.bench.report import write_report
 
     page = write_report(tmp_path / "bench" / "results.json", tmp_path / "docs" / "RESULTS.md", "lilicorr bench …")
@@ -297,6 +327,17 @@ def test_bench_quick_and_draft_card(tiny_target_dir, regen_data, tmp_path):
     pngs = sorted(p.name for p in (tmp_path / "docs").glob("*.png"))
     assert len(pngs) == 3 and all(f"]({p})" in text for p in pngs)
     assert all((tmp_path / "docs" / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
+
+
+def test_arm_labels_spell_out_the_variant_suffixes():
+    from lilicorr.training.draft_card import arm_label
+
+    assert arm_label("d", "d", "dflash") == "dflash"
+    assert arm_label("d:default", "d", "ddtree") == "default"
+    assert arm_label("d:ddtree+lookup@b16", "d", "ddtree") == "ddtree+lookup (tree budget 16)"
+    assert arm_label("d@n4", "d", "dflash") == "dflash (4 draft tokens)"
+    assert arm_label("d:tree+lookup@b16+gate", "d", "x") == "tree+lookup (tree budget 16, draft gate)"
+    assert arm_label("d:default@v8192", "d", "x") == "default (draft vocabulary 8192)"
 
 
 @pytest.mark.parametrize("mode", ["dflash2", "dspark", "domino"])

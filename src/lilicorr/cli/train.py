@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -55,6 +56,19 @@ def _card_draft(args: argparse.Namespace) -> int:
     return 0
 
 
+def _card_decoding(args: argparse.Namespace) -> int:
+    from lilicorr.training.draft_card import replace_decoding_section
+
+    missing = [str(p) for p in (Path(args.bench), *(Path(m) / "MODEL_CARD.md" for m in args.model)) if not p.exists()]
+    if missing:  # checked before any card is written: all or nothing
+        print(f"error: not found: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    for model in args.model:
+        replace_decoding_section(Path(model), Path(args.bench), args.bench_command)
+        print(f"updated the Decoding section of {Path(model) / 'MODEL_CARD.md'}")
+    return 0
+
+
 def register(sub) -> None:
     from lilicorr.options import add_options
     from lilicorr.training.draft_config import DraftTrainConfig
@@ -93,3 +107,9 @@ def register(sub) -> None:
     s.add_argument("--bench", default=None, help="results.json of a `lilicorr bench` run including this drafter")
     s.add_argument("--bench-command", default="")
     s.set_defaults(func=_card_draft)
+
+    s = card.add_parser("decoding", help="rewrite only the Decoding section of drafters' cards from a bench run")
+    s.add_argument("model", nargs="+")
+    s.add_argument("--bench", required=True, help="results.json of a `lilicorr bench` run including these drafters")
+    s.add_argument("--bench-command", required=True, help="the command that made it, recorded in the cards")
+    s.set_defaults(func=_card_decoding)

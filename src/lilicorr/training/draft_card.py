@@ -7,21 +7,76 @@ from pathlib import Path
 
 from lilicorr.data.atomic import atomic_write_text
 
+_SUFFIXES = (("n", "{} draft tokens"), ("b", "tree budget {}"), ("v", "draft vocabulary {}"))
+
+
+def arm_label(arm_name: str, model_name: str, method: str) -> str:
+    """A bench arm's name as a card's method column: what follows the drafter's name (the method for the plain
+    arm), with the variant suffixes spelled out (``@n5`` draft tokens, ``@b16`` tree budget, ``@v8192`` draft
+    vocabulary, ``+gate`` the measured draft gate)."""
+    name, gate = (arm_name[: -len("+gate")], True) if arm_name.endswith("+gate") else (arm_name, False)
+    base, *variants = name.split("@")
+    label = base.removeprefix(model_name).removeprefix(":") or method
+    notes = [fmt.format(v[1:]) for v in variants for key, fmt in _SUFFIXES if v[:1] == key and v[1:].isdigit()]
+    notes += ["draft gate"] if gate else []
+    return label + (f" ({', '.join(notes)})" if notes else "")
+
 
 def _bench_rows(bench: dict, name: str) -> list[str]:
     rows = []
     for r in bench["runs"]:
-        base, at, n = r["arm"]["name"].partition("@")  # draft-length variants: ARM@nN
+        base = r["arm"]["name"].split("@")[0].removesuffix("+gate")
         if base == name or base.startswith(f"{name}:"):
-            label = (base.split(":")[-1] if ":" in base else r["arm"]["method"]) + (
-                f" ({n[1:]} draft tokens)" if at else ""
-            )
+            speedup = r.get("speedup_vs_paired_ar") or r["speedup_vs_ar"]
             rows.append(
-                f"| {r['temperature']:g} | {label} | {r['pooled']['tau']:.3f} | "
-                f"{r['tau_mean_per_request']:.3f} | {r['speedup_vs_ar']:.2f}× | "
+                f"| {r['temperature']:g} | {arm_label(r['arm']['name'], name, r['arm']['method'])} "
+                f"| {r['pooled']['tau']:.3f} | {r['tau_mean_per_request']:.3f} | {speedup:.2f}× | "
                 f"{100 * r['head_walk_share']:.1f} % | {'yes' if r.get('identical_to_ar', True) else 'NO'} |"
             )
     return rows
+
+
+def decoding_section(model_name: str, bench: Path, bench_command: str) -> list[str]:
+    """The card's "Decoding" lines: every arm of a ``lilicorr bench`` results file that runs this drafter."""
+    b = json.loads(Path(bench).read_text())
+    n_long = sum(x.get("category") == "long" for x in b["runs"][0].get("per_request", []))
+    paired = any(r.get("speedup_vs_paired_ar") for r in b["runs"])
+    return [
+        "",
+        DECODING_HEADING,
+        "",
+        f"`{bench_command}` — {b['runs'][0]['prompts']} prompts ({_categories(b)})"
+        + (f" ({n_long} of them long-context)" if n_long else "")
+        + f", {b['max_tokens']} new tokens each, batch 1, {b['environment']['threads']} threads, "
+        f"{b.get('dtype', 'auto')} on {b['environment'].get('cpu', 'this machine')}"
+        + (" (fast bf16)" if b["environment"].get("fast_bf16") else "")
+        + (". Speedup over AR decoding of the same prompt just before each arm (`--paired-ar`)." if paired else "."),
+        "",
+        "| T | method | τ pooled | τ per request | speedup vs AR | head+walk share | T=0 identical to AR |",
+        "|---|---|---|---|---|---|---|",
+        *_bench_rows(b, model_name),
+    ]
+
+
+DECODING_HEADING = "## Decoding (measured with the engine)"
+
+
+def replace_decoding_section(model_dir: Path, bench: Path, bench_command: str) -> None:
+    """Rewrite only the "Decoding" section of an existing card (training sections untouched): the decoding
+    figures follow the engine and its defaults, which change after a drafter is trained."""
+    card = model_dir / "MODEL_CARD.md"
+    if not card.exists():
+        raise FileNotFoundError(f"{card}: no card to update (write one with `lilicorr card draft`)")
+    text = card.read_text()
+    new = "\n".join(decoding_section(model_dir.name, bench, bench_command)).strip("\n") + "\n"
+    if DECODING_HEADING in text:
+        start = text.index(DECODING_HEADING)
+        nxt = text.find("\n## ", start + len(DECODING_HEADING))
+        text = text[:start] + new + ("\n" + text[nxt + 1 :] if nxt >= 0 else "")
+    else:
+        vocab = text.find("\n## Draft vocabulary")
+        text = text[: vocab + 1] + new + "\n" + text[vocab + 1 :] if vocab >= 0 else text.rstrip("\n") + "\n\n" + new
+    atomic_write_text(card, text)
 
 
 def train_command(tc: dict) -> str:
@@ -200,22 +255,7 @@ def write_draft_card(
         *_curve_rows(tc.get("run_dir")),
     ]
     if bench is not None:
-        b = json.loads(Path(bench).read_text())
-        rows = _bench_rows(b, model_dir.name)
-        n_long = sum(x.get("category") == "long" for x in b["runs"][0].get("per_request", []))
-        lines += [
-            "",
-            "## Decoding (measured with the engine)",
-            "",
-            f"`{bench_command}` — {b['runs'][0]['prompts']} prompts ({_categories(b)})"
-            + (f" ({n_long} of them long-context)" if n_long else "")
-            + ", "
-            f"{b['max_tokens']} new tokens each, batch 1, {b['environment']['threads']} threads.",
-            "",
-            "| T | method | τ pooled | τ per request | speedup vs AR | head+walk share | T=0 identical to AR |",
-            "|---|---|---|---|---|---|---|",
-            *rows,
-        ]
+        lines += decoding_section(model_dir.name, bench, bench_command)
     lines += draft_vocab_section(model_dir)
     atomic_write_text(model_dir / "MODEL_CARD.md", "\n".join(lines) + "\n")
 
