@@ -296,6 +296,8 @@ def test_bench_quick_and_draft_card(tiny_target_dir, regen_data, tmp_path):
     other = json.loads((tmp_path / "bench" / "results.json").read_text())
     for r in other["runs"]:
         r["arm"]["name"] = r["arm"]["name"].replace("lc:oracle", "lc:oracle@b16+gate")
+        if r["arm"]["name"] == "lc:default":  # as if measured before today's default: with adaptive verification
+            r["arm"]["enable_adaptive_verification"] = not r["arm"]["enable_adaptive_verification"]
     (tmp_path / "other.json").write_text(json.dumps(other))
     assert (
         main(["card", "decoding", str(tmp_path / "lc"), "--bench", str(tmp_path / "nope.json"), "--bench-command", "x"])
@@ -320,6 +322,8 @@ def test_bench_quick_and_draft_card(tiny_target_dir, regen_data, tmp_path):
     assert updated.split("## Decoding")[0] == card.split("## Decoding")[0]  # training sections untouched
     assert "| 0 | oracle (tree budget 16, draft gate) |" in updated and "`new …`" in updated
     assert updated.count("## Decoding") == 1 and "`bench …`" not in updated
+    assert "| 0 | **today's default**: default |" in card  # the bench's lc:default is today's default
+    assert "| 0 | earlier default |" in updated and "today's default" not in updated
     from lilicorr.bench.report import write_report
 
     page = write_report(tmp_path / "bench" / "results.json", tmp_path / "docs" / "RESULTS.md", "lilicorr bench …")

@@ -22,22 +22,44 @@ def arm_label(arm_name: str, model_name: str, method: str) -> str:
     return label + (f" ({', '.join(notes)})" if notes else "")
 
 
-def _bench_rows(bench: dict, name: str) -> list[str]:
+def is_current_default(arm: dict, model_dir: Path) -> bool:
+    """Whether a bench arm (its recorded config) is what the folder runs by default today
+    (``decoding.config.default_config``): a ``:default`` arm measured before the default changed is not."""
+    from lilicorr.decoding.config import default_config, parse_speculative_config
+
+    d = parse_speculative_config(default_config(model_dir))
+    recorded = (
+        arm["method"],
+        bool(arm.get("enable_adaptive_verification")),
+        dict(arm.get("options") or {}),
+        bool(arm.get("draft_gate")),
+        int(arm.get("draft_vocab_size") or 0),
+    )
+    return recorded == (d.method, d.enable_adaptive_verification, dict(d.options), d.draft_gate, d.draft_vocab_size)
+
+
+def _bench_rows(bench: dict, name: str, model_dir: Path | None = None) -> list[str]:
     rows = []
     for r in bench["runs"]:
         base = r["arm"]["name"].split("@")[0].removesuffix("+gate")
         if base == name or base.startswith(f"{name}:"):
             speedup = r.get("speedup_vs_paired_ar") or r["speedup_vs_ar"]
+            label = arm_label(r["arm"]["name"], name, r["arm"]["method"])
+            if model_dir is not None and is_current_default(r["arm"], model_dir):
+                label = f"**today's default**: {label}"
+            elif label.startswith("default"):  # measured under an earlier default
+                label = label.replace("default", "earlier default", 1)
             rows.append(
-                f"| {r['temperature']:g} | {arm_label(r['arm']['name'], name, r['arm']['method'])} "
+                f"| {r['temperature']:g} | {label} "
                 f"| {r['pooled']['tau']:.3f} | {r['tau_mean_per_request']:.3f} | {speedup:.2f}× | "
                 f"{100 * r['head_walk_share']:.1f} % | {'yes' if r.get('identical_to_ar', True) else 'NO'} |"
             )
     return rows
 
 
-def decoding_section(model_name: str, bench: Path, bench_command: str) -> list[str]:
-    """The card's "Decoding" lines: every arm of a ``lilicorr bench`` results file that runs this drafter."""
+def decoding_section(model_dir: Path, bench: Path, bench_command: str) -> list[str]:
+    """The card's "Decoding" lines: every arm of a ``lilicorr bench`` results file that runs this drafter, the
+    one that is today's default marked (an arm named ``default`` measured under an earlier one says so)."""
     b = json.loads(Path(bench).read_text())
     n_long = sum(x.get("category") == "long" for x in b["runs"][0].get("per_request", []))
     paired = any(r.get("speedup_vs_paired_ar") for r in b["runs"])
@@ -54,7 +76,7 @@ def decoding_section(model_name: str, bench: Path, bench_command: str) -> list[s
         "",
         "| T | method | τ pooled | τ per request | speedup vs AR | head+walk share | T=0 identical to AR |",
         "|---|---|---|---|---|---|---|",
-        *_bench_rows(b, model_name),
+        *_bench_rows(b, Path(model_dir).name, Path(model_dir)),
     ]
 
 
@@ -68,7 +90,7 @@ def replace_decoding_section(model_dir: Path, bench: Path, bench_command: str) -
     if not card.exists():
         raise FileNotFoundError(f"{card}: no card to update (write one with `lilicorr card draft`)")
     text = card.read_text()
-    new = "\n".join(decoding_section(model_dir.name, bench, bench_command)).strip("\n") + "\n"
+    new = "\n".join(decoding_section(model_dir, bench, bench_command)).strip("\n") + "\n"
     if DECODING_HEADING in text:
         start = text.index(DECODING_HEADING)
         nxt = text.find("\n## ", start + len(DECODING_HEADING))
@@ -255,7 +277,7 @@ def write_draft_card(
         *_curve_rows(tc.get("run_dir")),
     ]
     if bench is not None:
-        lines += decoding_section(model_dir.name, bench, bench_command)
+        lines += decoding_section(model_dir, bench, bench_command)
     lines += draft_vocab_section(model_dir)
     atomic_write_text(model_dir / "MODEL_CARD.md", "\n".join(lines) + "\n")
 
