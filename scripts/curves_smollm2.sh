@@ -42,6 +42,7 @@ declare -A RUNS=(
   [sparse-g1-kd1]="$SPARSE --num-layers 1 --kd-weight 1"
   [sparse-g1-greedy]="$SPARSE --num-layers 1 --train-rows greedy"
   [sparse-g1-sampled]="$SPARSE --num-layers 1 --train-rows sampled"
+  [sparse-g1-greedy-kd05]="$SPARSE --num-layers 1 --train-rows greedy --kd-weight 0.5"
   [sparse-g1-wd01]="$SPARSE --num-layers 1 --weight-decay 0.1"
   [sparse-g1-d2]="$SPARSE --num-layers 2"
 )
