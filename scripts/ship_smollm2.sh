@@ -11,9 +11,10 @@
 #      seed and backbone recipe, in parallel, one thread each
 #   6. ("heads") on the frozen smollm2-dflash backbone, HEAD_STEPS each, two at a time: LiLiCorr's head and
 #      the comparison arms (DFlash2's selector, DSpark, Domino)
-# The v2 recipe (chosen from the learning curves at equal wall time, docs/results/curves-smollm2.md):
-# 16 anchors per row, an 8 k training vocabulary, lr 3e-3, slot decay γ = 1, one drafter layer.
-# Knobs: ROWS (rows of the training file, the first 64 held out), STEPS, HEAD_STEPS, OUT (where the drafters
+# The recipe (chosen from the learning curves at equal wall time, docs/results/curves-smollm2.md and
+# curves-smollm2-kd-mix.md): 16 anchors per row, an 8 k training vocabulary, lr 3e-3, slot decay γ = 1, one
+# drafter layer (v2), and since v3 the greedy (T=0) rows only (TRAIN_ROWS; the v2 drafters trained on all rows).
+# Knobs: ROWS (rows of the training file, the first 64 held out), TRAIN_ROWS (greedy, sampled or all), STEPS, HEAD_STEPS, OUT (where the drafters
 # go, default models), REGEN_ENGINE (default vllm), REGEN_DTYPE (bfloat16); STAGES (default
 # "data main conv heads"; "scale" makes the data at scale: all ShareGPT turns, regenerated, and the fixed answers).
 set -euo pipefail
@@ -69,6 +70,7 @@ fi
 
 COMMON="--target $TARGET --data $DATA --features $FEATS --max-sequences $ROWS --steps $STEPS --batch-size 8
   --anchors 16 --train-vocab 8192 --block-size 8 --num-layers 1 --lr 3e-3 --gamma 1 --seed 0 --threads 1
+  --train-rows ${TRAIN_ROWS:-greedy}
   --val-every 200 --checkpoint-minutes 5"
 HEAD="--candidate-topk 8 --head-hidden-size 128 --head-layers 2 --head-heads 4 --factor-dim 64 --logit-scale 8"
 LILI="$HEAD --clip-per-module --head-grad-to-backbone 0.25 --w-distill 0.25"

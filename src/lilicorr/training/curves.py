@@ -93,23 +93,30 @@ def curves_table(runs: list[str | Path]) -> str:
 
 
 def plot_curves(runs: list[str | Path], out: str | Path) -> Path:
-    """One PNG: τ estimate vs supervised positions (left) and vs minutes (right), one line per run."""
+    """One PNG: τ estimate vs supervised positions (left) and vs minutes (middle), one line per run, and where
+    the runs validated per kind of row, the greedy rows' τ estimate vs minutes (right)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_pos, ax_min) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for run in runs:
-        pts = read_curve(run)
-        name = Path(run).name
+    curves = {Path(run).name: read_curve(run) for run in runs}
+    split = any(p["tau_greedy"] is not None for pts in curves.values() for p in pts)
+    fig, axes = plt.subplots(1, 3 if split else 2, figsize=(16.5 if split else 11, 4.2))
+    for name, pts in curves.items():
         with_pos = [p for p in pts if p["positions"] is not None]
         if with_pos:
-            ax_pos.plot([p["positions"] for p in with_pos], [p["tau"] for p in with_pos], marker="o", label=name)
-        ax_min.plot([p["minutes"] for p in pts], [p["tau"] for p in pts], marker="o", label=name)
-    for ax, xlabel in ((ax_pos, "supervised positions"), (ax_min, "minutes of training")):
+            axes[0].plot([p["positions"] for p in with_pos], [p["tau"] for p in with_pos], marker="o", label=name)
+        axes[1].plot([p["minutes"] for p in pts], [p["tau"] for p in pts], marker="o", label=name)
+        greedy = [p for p in pts if p["tau_greedy"] is not None]
+        if split and greedy:  # T=0 decoding is judged on these rows
+            axes[2].plot([p["minutes"] for p in greedy], [p["tau_greedy"] for p in greedy], marker="o", label=name)
+    labels = [("supervised positions", "held-out τ estimate (1 + top-1 prefix)"),
+              ("minutes of training", "held-out τ estimate (1 + top-1 prefix)"),
+              ("minutes of training", "τ estimate, greedy (T=0) held-out rows")]  # fmt: skip
+    for ax, (xlabel, ylabel) in zip(axes, labels, strict=False):
         ax.set_xlabel(xlabel)
-        ax.set_ylabel("held-out τ estimate (1 + top-1 prefix)")
+        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
