@@ -44,3 +44,25 @@ def test_merge_refuses_bad_inputs_and_writes_nothing(tmp_path, capsys):
     empty.mkdir()
     assert main(["data", "merge", str(empty), "--out", str(out)]) == 2
     assert "manifest.json" in capsys.readouterr().err and not out.exists()
+
+
+def test_merge_keeps_only_greedy_or_sampled_rows_in_order(tmp_path, capsys):
+    a, b = _data(5, 8, 1000), _data(4, 8, 5000)
+    save_file(a, str(tmp_path / "a.safetensors"))
+    save_file(b, str(tmp_path / "b.safetensors"))
+    inputs = [str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors")]
+    out = tmp_path / "g.safetensors"
+    assert main(["data", "merge", *inputs, "--rows", "greedy", "--out", str(out)]) == 0
+    g = load_regenerated(out)
+    both = torch.cat([a["tokens"], b["tokens"]])
+    assert torch.equal(g["tokens"], both[[0, 2, 4, 5, 7]]) and not g["sampled"].any()  # a's rows 0,2,4; b's 0,2
+    meta = json.loads((tmp_path / "g.safetensors.json").read_text())
+    assert meta["sequences"] == 5 and meta["rows"] == "greedy" and meta["rows_of_inputs"] == 9
+    s = tmp_path / "s.safetensors"
+    assert main(["data", "merge", *inputs, "--rows", "sampled", "--out", str(s)]) == 0
+    assert torch.equal(load_regenerated(s)["tokens"], both[[1, 3, 6, 8]])
+    only_greedy = tmp_path / "only.safetensors"
+    save_file({**a, "sampled": torch.zeros(5, dtype=torch.bool)}, str(only_greedy))
+    none = tmp_path / "none.safetensors"
+    assert main(["data", "merge", str(only_greedy), "--rows", "sampled", "--out", str(none)]) == 2
+    assert "none of the 5 rows" in capsys.readouterr().err and not none.exists()

@@ -73,7 +73,7 @@ def _merge(args: argparse.Namespace) -> int:
     from lilicorr.training.merge import merge_data
 
     try:
-        meta = merge_data(args.inputs, args.out)
+        meta = merge_data(args.inputs, args.out, args.rows)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -156,6 +156,9 @@ def register(sub) -> None:
     s = data.add_parser("merge", help="one training file from data files and shard folders (rows in order)")
     s.add_argument("inputs", nargs="+", help="data files of `data regenerate`, or shard folders (finished shards)")
     s.add_argument("--out", required=True)
+    s.add_argument(
+        "--rows", default="all", choices=("all", "greedy", "sampled"), help="keep only these rows (default: all)"
+    )
     s.set_defaults(func=_merge)
 
     s = data.add_parser(

@@ -41,8 +41,15 @@ def read_input(path: Path) -> tuple[dict[str, torch.Tensor], list[dict]]:
     return data, [{"file": str(f), "sha256": file_sha(f)} for f in files]
 
 
-def merge_data(inputs: list[str | Path], out: str | Path) -> dict:
-    """Concatenate ``inputs`` (rows in input order) into ``out``, right-padded to the longest row length."""
+ROWS = ("all", "greedy", "sampled")
+
+
+def merge_data(inputs: list[str | Path], out: str | Path, rows: str = "all") -> dict:
+    """Concatenate ``inputs`` (rows in input order) into ``out``, right-padded to the longest row length;
+    ``rows`` keeps only the greedy (``sampled`` False) or sampled rows — a drafter trained on greedy rows needs
+    target features for those alone, half the extraction of the mixed file."""
+    if rows not in ROWS:
+        raise ValueError(f"rows {rows!r}: expected one of {list(ROWS)}")
     if not inputs:
         raise ValueError("nothing to merge: give one or more data files or shard folders")
     out = Path(out)
@@ -59,12 +66,19 @@ def merge_data(inputs: list[str | Path], out: str | Path) -> dict:
     for k in ("tokens", "loss_mask"):  # padding: token 0, never supervised (loss_mask False)
         merged[k] = torch.cat([torch.nn.functional.pad(d[k], (0, length - d[k].shape[1])) for d in datas])
     merged["sampled"] = torch.cat([d["sampled"] for d in datas])
+    total = len(merged["tokens"])
+    if rows != "all":
+        keep = merged["sampled"].bool() if rows == "sampled" else ~merged["sampled"].bool()  # [rows]
+        if not bool(keep.any()):
+            raise ValueError(f"--rows {rows}: none of the {total} rows of {[str(i) for i in inputs]} is {rows}")
+        merged = {k: v[keep] for k, v in merged.items()}
     atomic_write(out, lambda p: save_file({k: v.contiguous() for k, v in merged.items()}, str(p)))
     meta = {
         "sequences": int(len(merged["tokens"])),
         "length": length,
         "answer_tokens": int(merged["loss_mask"].sum()),
         "sha256_16": file_sha(out)[:16],
+        **({"rows": rows, "rows_of_inputs": total} if rows != "all" else {}),
         "inputs": sources,
     }
     atomic_write_text(out.with_suffix(out.suffix + ".json"), json.dumps(meta, indent=2) + "\n")
