@@ -14,7 +14,8 @@
 # The recipe (chosen from the learning curves at equal wall time, docs/results/curves-smollm2.md and
 # curves-smollm2-kd-mix.md): 16 anchors per row, an 8 k training vocabulary, lr 3e-3, slot decay γ = 1, one
 # drafter layer (v2), and since v3 the greedy (T=0) rows only (TRAIN_ROWS; the v2 drafters trained on all rows).
-# Knobs: ROWS (rows of the training file, the first 64 held out), TRAIN_ROWS (greedy, sampled or all), STEPS, HEAD_STEPS, OUT (where the drafters
+# Knobs: ROWS (rows of the training file, the first 64 held out), TRAIN_ROWS (greedy: default, a file of the
+# first turns' greedy rows; all: the mixed file, as v2; sampled), STEPS, HEAD_STEPS, OUT (where the drafters
 # go, default models), REGEN_ENGINE (default vllm), REGEN_DTYPE (bfloat16); STAGES (default
 # "data main conv heads"; "scale" makes the data at scale: all ShareGPT turns, regenerated, and the fixed answers).
 set -euo pipefail
@@ -26,8 +27,16 @@ ROWS=${ROWS:-4608}
 STEPS=${STEPS:-3600}
 HEAD_STEPS=${HEAD_STEPS:-600}
 OUT=${OUT:-models}
-DATA=data/regen-smollm2/sharegpt-first-fixed.safetensors
-FEATS=data/cache/features-smollm2-first-fixed
+MIXED=data/regen-smollm2/sharegpt-first-fixed.safetensors  # first turns (every other row T=1), then fixed answers
+MIXED_FEATS=data/cache/features-smollm2-first-fixed
+TRAIN_ROWS=${TRAIN_ROWS:-greedy}
+if [[ $TRAIN_ROWS == all ]]; then  # the v2 drafters: the mixed file's first ROWS rows, validated on its first 64
+  DATA=$MIXED FEATS=$MIXED_FEATS VAL=""
+else  # a file of the first turns' greedy (or sampled) rows alone, so features are extracted for those only;
+  # validation stays on the mixed file's first 64 rows (both kinds: the held-out rows of every curves page)
+  DATA=data/regen-smollm2/sharegpt-first-$TRAIN_ROWS.safetensors FEATS=data/cache/features-smollm2-first-$TRAIN_ROWS
+  VAL="--val-data $MIXED --val-features $MIXED_FEATS"
+fi
 ENGINE=${REGEN_ENGINE:-vllm}  # the fastest measured here (benchmarks/regen_engines.py; docs/guide/training.md)
 DTYPE=${REGEN_DTYPE:-bfloat16}  # faster than fp32 where measured (docs/guide/training.md); fp32 is token-identical to native
 mkdir -p runs data/prompts
@@ -64,14 +73,15 @@ $L data merge data/regen-smollm2/sharegpt-first.safetensors data/regen-smollm2/s
   data/regen-smollm2/sharegpt-turns.safetensors --out data/regen-smollm2/sharegpt-all.safetensors
 fi
 if [[ $STAGES == *data* ]]; then
-[ -f $DATA ] || { echo "$DATA missing: make it first with STAGES=scale (its first turns and fixed answers)"; exit 2; }
+[ -f $MIXED ] || { echo "$MIXED missing: make it first with STAGES=scale (its first turns and fixed answers)"; exit 2; }
+[ -f $DATA ] || $L data merge data/regen-smollm2/sharegpt-first.safetensors --rows $TRAIN_ROWS --out $DATA
 $L data features --target $TARGET --data $DATA --out $FEATS --max-sequences $ROWS --threads 2
+[ -z "$VAL" ] || $L data features --target $TARGET --data $MIXED --out $MIXED_FEATS --max-sequences 64 --threads 2
 fi
 
 COMMON="--target $TARGET --data $DATA --features $FEATS --max-sequences $ROWS --steps $STEPS --batch-size 8
   --anchors 16 --train-vocab 8192 --block-size 8 --num-layers 1 --lr 3e-3 --gamma 1 --seed 0 --threads 1
-  --train-rows ${TRAIN_ROWS:-greedy}
-  --val-every 200 --checkpoint-minutes 5"
+  --train-rows $TRAIN_ROWS $VAL --val-every 200 --checkpoint-minutes 5"
 HEAD="--candidate-topk 8 --head-hidden-size 128 --head-layers 2 --head-heads 4 --factor-dim 64 --logit-scale 8"
 LILI="$HEAD --clip-per-module --head-grad-to-backbone 0.25 --w-distill 0.25"
 train() {  # NAME ARGS...: train OUT/NAME unless it is there (resumes its run folder runs/train/NAME)

@@ -624,6 +624,16 @@ def test_draft_card_records_merged_data_the_rows_used_and_the_curve(tiny_target_
     write_draft_card(tmp_path / "df", None, Path(f"{merged}.json"))
     card = (tmp_path / "df" / "MODEL_CARD.md").read_text()
     assert "## Draft vocabulary" in card and "the 3 most frequent token ids" in card and "--data p.jsonl" in card
+    # the v3 shape (scripts/ship_smollm2.sh): a file of the greedy rows, validated on the mixed file's first rows
+    greedy = tmp_path / "greedy.safetensors"
+    merge_data([str(merged)], str(greedy), rows="greedy")
+    cfg = _cfg(tiny_target_dir, greedy, tmp_path / "g", "dflash", steps=2, val_data=str(merged), train_rows="greedy")
+    summary = train_draft(cfg)
+    assert summary["final_val"]["greedy"]["blocks"] > 0 and summary["final_val"]["sampled"]["blocks"] > 0
+    write_draft_card(tmp_path / "g", None, Path(f"{greedy}.json"))
+    card = (tmp_path / "g" / "MODEL_CARD.md").read_text()
+    assert f"lilicorr data merge {merged} --rows greedy --out {greedy}`, the greedy rows (of 80)" in card
+    assert f"| validation data | the first 8 rows of `{merged}` |" in card
 
 
 def test_training_rows_pick_greedy_or_sampled_rows_after_the_held_out_ones():

@@ -144,11 +144,21 @@ def _data_rows(tc: dict, meta: dict) -> list[str]:
         own = Path(f"{item['input']}.json")
         card = json.loads(own.read_text()).get("config", {}).get("card") if own.exists() else None
         parts.append(f"`{item['input']}` ({item['rows']} rows{f', card `{card}/DATA_CARD.md`' if card else ''})")
-    merge = " ".join(["lilicorr data merge", *(i["input"] for i in meta["inputs"]), "--out", tc["data"]])
+    rows = meta.get("rows", "all")
+    merge = " ".join(
+        ["lilicorr data merge", *(i["input"] for i in meta["inputs"]), *(["--rows", rows] if rows != "all" else []),
+         "--out", tc["data"]]
+    )  # fmt: skip
+    kept = f"the {rows} rows (of {meta['rows_of_inputs']}), " if rows != "all" else ""
     return [
         f"| data | `{tc['data']}`: {used} × {meta['length']} tokens, {meta.get('answer_tokens', '?')} answer tokens "
         f"in the whole file, sha256[:16] `{meta['sha256_16']}` |",
-        f"| data command | `{merge}`, rows in order from {', '.join(parts)} |",
+        f"| data command | `{merge}`, {kept}rows in order from {', '.join(parts)} |",
+        *(
+            [f"| validation data | the first {tc.get('val_sequences', 64)} rows of `{tc['val_data']}` |"]
+            if tc.get("val_data")
+            else []
+        ),
     ]
 
 
