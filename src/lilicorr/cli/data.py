@@ -135,7 +135,7 @@ def _prompts(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     from lilicorr.data.prompt_sets import SETS
     from lilicorr.options import add_options
-    from lilicorr.training.regenerate import RegenConfig
+    from lilicorr.training.regenerate import ROW_KINDS, RegenConfig
 
     data = sub.add_parser("data", help="build datasets").add_subparsers(dest="data_cmd", required=True)
     s = data.add_parser("corpus", help="build the offline corpus (stdlib code + Debian docs)")
@@ -156,9 +156,7 @@ def register(sub) -> None:
     s = data.add_parser("merge", help="one training file from data files and shard folders (rows in order)")
     s.add_argument("inputs", nargs="+", help="data files of `data regenerate`, or shard folders (finished shards)")
     s.add_argument("--out", required=True)
-    s.add_argument(
-        "--rows", default="all", choices=("all", "greedy", "sampled"), help="keep only these rows (default: all)"
-    )
+    s.add_argument("--rows", default="all", choices=ROW_KINDS, help="keep only these rows (default: all)")
     s.set_defaults(func=_merge)
 
     s = data.add_parser(

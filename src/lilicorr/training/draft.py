@@ -39,7 +39,7 @@ from lilicorr.training.losses import (
 )
 from lilicorr.training.modes import get_mode
 from lilicorr.training.objectives import BlockPass, Objective, vocab_logits
-from lilicorr.training.regenerate import load_regenerated
+from lilicorr.training.regenerate import load_regenerated, rows_of_kind
 from lilicorr.training.run import TrainRun
 
 
@@ -193,9 +193,7 @@ def training_rows(sampled: torch.Tensor, n_val: int, which: str) -> torch.Tensor
     """Indices of the rows that train: all after the ``n_val`` held-out ones, or only the greedy (T=0) or
     sampled (T=1) ones among them. An empty choice is an error, not a silent fallback to every row."""
     rows = torch.arange(n_val, len(sampled))
-    if which == "all":
-        return rows
-    keep = sampled[rows] if which == "sampled" else ~sampled[rows]
+    keep = rows_of_kind(sampled[rows], which)
     if not bool(keep.any()):
         raise ValueError(f"--train-rows {which}: no {which} row among the {len(rows)} training rows of the data")
     return rows[keep]

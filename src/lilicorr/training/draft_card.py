@@ -57,6 +57,9 @@ def _bench_rows(bench: dict, name: str, model_dir: Path | None = None) -> list[s
     return rows
 
 
+DECODING_HEADING = "## Decoding (measured with the engine)"
+
+
 def decoding_section(model_dir: Path, bench: Path, bench_command: str) -> list[str]:
     """The card's "Decoding" lines: every arm of a ``lilicorr bench`` results file that runs this drafter, the
     one that is today's default marked (an arm named ``default`` measured under an earlier one says so)."""
@@ -84,9 +87,6 @@ def decoding_section(model_dir: Path, bench: Path, bench_command: str) -> list[s
         "|---|---|---|---|---|---|---|",
         *_bench_rows(b, Path(model_dir).name, Path(model_dir)),
     ]
-
-
-DECODING_HEADING = "## Decoding (measured with the engine)"
 
 
 def replace_decoding_section(model_dir: Path, bench: Path, bench_command: str) -> None:

@@ -19,9 +19,9 @@ from lilicorr.options import option
 from lilicorr.runtime.runtime import TargetRuntime
 from lilicorr.training.losses import HeadLossWeights
 from lilicorr.training.modes import MODES, get_mode
+from lilicorr.training.regenerate import ROW_KINDS
 
 DEVICES = ("auto", "cpu", "cuda")
-TRAIN_ROWS = ("all", "greedy", "sampled")  # --train-rows: every row, or the T=0 / T=1 rows alone
 
 
 @dataclass
@@ -96,7 +96,7 @@ class DraftTrainConfig:
     max_sequences: int = option(0, "train on the first N sequences of --data (0: all; a cache needs only their shards)")
     # Which regenerated rows train: the data mixes greedy (T=0) and sampled (T=1) answers row by row; the
     # T=0 / T=1 mix is a recipe choice measured on curves (validation always uses the same held-out rows).
-    train_rows: str = option("all", "rows that train: all, greedy (T=0 answers) or sampled (T=1)", choices=TRAIN_ROWS)
+    train_rows: str = option("all", "rows that train: all, greedy (T=0 answers) or sampled (T=1)", choices=ROW_KINDS)
     features: str | None = option(None, "target feature cache from `lilicorr data features` (default: online)")
     mask_token: str = option("", "DFlash mask token (default: <|mask|>, else <empty_output>)")
     device: str = option("auto", "auto: CUDA when available (NCCL under torchrun), else CPU", choices=DEVICES)

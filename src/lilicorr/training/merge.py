@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from lilicorr.data.atomic import atomic_write, atomic_write_text
-from lilicorr.training.regenerate import file_sha, load_regenerated
+from lilicorr.training.regenerate import file_sha, load_regenerated, rows_of_kind
 
 KEYS = ("tokens", "loss_mask", "sampled")
 
@@ -41,15 +41,10 @@ def read_input(path: Path) -> tuple[dict[str, torch.Tensor], list[dict]]:
     return data, [{"file": str(f), "sha256": file_sha(f)} for f in files]
 
 
-ROWS = ("all", "greedy", "sampled")
-
-
 def merge_data(inputs: list[str | Path], out: str | Path, rows: str = "all") -> dict:
     """Concatenate ``inputs`` (rows in input order) into ``out``, right-padded to the longest row length;
     ``rows`` keeps only the greedy (``sampled`` False) or sampled rows — a drafter trained on greedy rows needs
     target features for those alone, half the extraction of the mixed file."""
-    if rows not in ROWS:
-        raise ValueError(f"rows {rows!r}: expected one of {list(ROWS)}")
     if not inputs:
         raise ValueError("nothing to merge: give one or more data files or shard folders")
     out = Path(out)
@@ -68,7 +63,7 @@ def merge_data(inputs: list[str | Path], out: str | Path, rows: str = "all") -> 
     merged["sampled"] = torch.cat([d["sampled"] for d in datas])
     total = len(merged["tokens"])
     if rows != "all":
-        keep = merged["sampled"].bool() if rows == "sampled" else ~merged["sampled"].bool()  # [rows]
+        keep = rows_of_kind(merged["sampled"], rows)  # [rows]
         if not bool(keep.any()):
             raise ValueError(f"--rows {rows}: none of the {total} rows of {[str(i) for i in inputs]} is {rows}")
         merged = {k: v[keep] for k, v in merged.items()}

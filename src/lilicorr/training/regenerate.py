@@ -111,6 +111,17 @@ def _windows(cfg: RegenConfig, tokenizer) -> list[tuple[list[int], list[int] | N
     return out
 
 
+ROW_KINDS = ("all", "greedy", "sampled")  # which rows of a data file: every one, or T=0 / T=1 answers only
+
+
+def rows_of_kind(sampled: torch.Tensor, kind: str) -> torch.Tensor:
+    """``[rows]`` bool: the rows of ``kind`` given each row's ``sampled`` flag (one rule for merge and training)."""
+    if kind not in ROW_KINDS:
+        raise ValueError(f"rows {kind!r}: expected one of {list(ROW_KINDS)}")
+    sampled = sampled.bool()
+    return torch.ones_like(sampled) if kind == "all" else sampled if kind == "sampled" else ~sampled
+
+
 def is_sampled(i: int, fraction: float) -> bool:
     """Row ``i`` is sampled at T=1: spread evenly (every other row at 0.5), so any slice mixes both regimes."""
     return math.floor((i + 1) * fraction) > math.floor(i * fraction)
