@@ -21,6 +21,32 @@ def _draft(args: argparse.Namespace) -> int:
     return _summary(train_draft(from_args(DraftTrainConfig, args), resume=args.resume))
 
 
+def _eval(args: argparse.Namespace) -> int:
+    from lilicorr.data.atomic import atomic_write_text
+    from lilicorr.training.evaluate import evaluate_draft
+
+    missing = [p for p in (*args.draft, args.target, args.data) if not Path(p).exists()]
+    if missing:  # before any (slow) evaluation
+        print(f"error: not found: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    results = []
+    for draft in args.draft:
+        try:
+            results.append(
+                evaluate_draft(
+                    draft, args.target, args.data, args.features, args.val_sequences, args.batch_size, args.threads
+                )
+            )
+        except (ValueError, FileNotFoundError) as e:  # CheckpointError is a ValueError: names the file and field
+            print(f"error: {draft}: {e}", file=sys.stderr)
+            return 2
+    text = json.dumps(results, indent=2) + "\n"
+    if args.out:
+        atomic_write_text(Path(args.out), text)
+    print(text, end="")
+    return 0
+
+
 def _target(args: argparse.Namespace) -> int:
     from lilicorr.options import from_args
     from lilicorr.training.target import TargetTrainConfig, train_target
@@ -91,6 +117,17 @@ def register(sub) -> None:
         add_options(s, cls)
         s.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
         s.set_defaults(func=func)
+
+    s = train.add_parser("eval", help="held-out metrics of drafters, as training validates (same rows and blocks)")
+    s.add_argument("draft", nargs="+", help="drafter folders, each evaluated on the same blocks")
+    s.add_argument("--target", required=True)
+    s.add_argument("--data", required=True, help="file made by `lilicorr data regenerate`: its first rows are held out")
+    s.add_argument("--features", default=None, help="feature cache of --data (default: run the target online)")
+    s.add_argument("--val-sequences", type=int, default=64, help="held-out rows (training's --val-sequences)")
+    s.add_argument("--batch-size", type=int, default=8)
+    s.add_argument("--threads", type=int, default=0, help="torch threads (0: the default)")
+    s.add_argument("--out", default=None, help="also write the results (a JSON list) here")
+    s.set_defaults(func=_eval)
 
     card = sub.add_parser("card", help="write model cards").add_subparsers(dest="card_cmd", required=True)
     s = card.add_parser("target", help="evaluate a target and write its MODEL_CARD.md")
