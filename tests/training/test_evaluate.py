@@ -8,52 +8,26 @@ from safetensors.torch import save_file
 
 from lilicorr.cli.main import main
 from lilicorr.training.draft import train_draft
-from lilicorr.training.draft_config import DraftTrainConfig
 from lilicorr.training.evaluate import evaluate_draft
+from lilicorr.training.regenerate import load_regenerated
+from tests.training.test_draft_training import _cfg
+from tests.training.test_train_infer_parity import _rule_data
 
 
 @pytest.fixture(scope="module")
 def rule_data(tmp_path_factory):
-    """Rows where every next token is a fixed permutation of the current one (learnable in seconds, so the
-    figures compared are far from a drafter's floor), every other row marked sampled."""
-    g = torch.Generator().manual_seed(0)
-    perm = torch.randperm(16, generator=g)
-    rows = []
-    for _ in range(96):
-        t = [int(torch.randint(16, (1,), generator=g))]
-        while len(t) < 32:
-            t.append(int(perm[t[-1]]))
-        rows.append([300 + x for x in t])
-    tokens = torch.tensor(rows, dtype=torch.int32)
-    mask = torch.ones_like(tokens, dtype=torch.bool)
-    mask[:, 0] = False
+    """The learning test's rule rows (learnable in seconds, so the figures compared are far from a drafter's
+    floor), every other row marked sampled so that the per-kind figures are compared too."""
     path = tmp_path_factory.mktemp("rule") / "rule.safetensors"
-    save_file({"tokens": tokens, "loss_mask": mask, "sampled": torch.arange(len(rows)) % 2 == 1}, str(path))
+    _rule_data(path)
+    data = load_regenerated(path)
+    data["sampled"] = torch.arange(len(data["tokens"])) % 2 == 1
+    save_file({k: v.contiguous() for k, v in data.items()}, str(path))
     return path
 
 
-def _train(tiny_target_dir, rule_data, out, mode):
-    cfg = DraftTrainConfig(
-        target=str(tiny_target_dir),
-        data=str(rule_data),
-        out=str(out),
-        mode=mode,
-        run_dir=str(out) + "-run",
-        num_layers=1,
-        block_size=4,
-        candidate_topk=4,
-        head_layers=1,
-        head_heads=2,
-        factor_dim=16,
-        steps=60,
-        batch_size=4,
-        anchors=4,
-        lr=1e-2,
-        gamma=1.0,
-        val_sequences=8,
-        checkpoint_minutes=100,
-    )
-    return train_draft(cfg)
+def _train(tiny_target_dir, data, out, mode):
+    return train_draft(_cfg(tiny_target_dir, data, out, mode, steps=60, gamma=1.0))
 
 
 @pytest.mark.parametrize("mode", ["dflash", "lilicorr"])
