@@ -693,3 +693,25 @@ def test_validation_splits_greedy_and_sampled_rows_over_the_same_blocks(tiny_tar
     assert out["walk_prefix"] == pytest.approx(float(sums["m_walk_prefix"]) / float(sums["m_blocks"]), abs=1e-4)
     parts = sum(out[k]["top1_prefix"] * out[k]["blocks"] for k in ("greedy", "sampled")) / out["blocks"]
     assert parts == pytest.approx(out["top1_prefix"], abs=1e-3)
+
+
+def test_card_command_follows_a_backbone_moved_with_its_drafter():
+    """Drafters trained under a scratch root and moved into ``models/`` together: the recorded command names the
+    new folders, ``--init`` included when the backbone was under the same root; other paths stay as they were."""
+    from lilicorr.training.draft_card import moved_config
+
+    head = {"out": "runs/v3/smollm2-dflash-head", "init": "runs/v3/smollm2-dflash", "data": "d"}
+    assert moved_config(head, Path("models/smollm2-dflash-head")) == {
+        "out": "models/smollm2-dflash-head",
+        "init": "models/smollm2-dflash",
+        "data": "d",
+    }
+    arm = {"out": "runs/v3/arms/smollm2-dspark", "init": "runs/v3/smollm2-dflash"}
+    assert moved_config(arm, Path("models/arms/smollm2-dspark"))["init"] == "models/smollm2-dflash"
+    elsewhere = {"out": "runs/v3/h", "init": "models/tiny-s-dflash"}
+    assert moved_config(elsewhere, Path("models/h"))["init"] == "models/tiny-s-dflash"
+    in_place = {"out": "models/h", "init": "runs/v3/smollm2-dflash"}
+    assert moved_config(in_place, Path("models/h"))["init"] == "runs/v3/smollm2-dflash"
+    renamed = {"out": "runs/v3/a", "init": "runs/v3/b"}  # no shared folder name: not a move, nothing inferred
+    assert moved_config(renamed, Path("models/c"))["init"] == "runs/v3/b"
+    assert moved_config({"out": "runs/v3/a", "init": None}, Path("models/a"))["init"] is None

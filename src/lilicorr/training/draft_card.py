@@ -212,12 +212,28 @@ def _arm_line(model_dir: Path) -> list[str]:
     ]
 
 
+def moved_config(config: dict, model_dir: Path) -> dict:
+    """The training config as if it had written to ``model_dir``: drafters are trained into a scratch root (e.g.
+    ``runs/v3``) and moved into ``models/`` together once they win, so an ``--init`` backbone under the same
+    scratch root moved with them (``runs/v3/smollm2-dflash`` → ``models/smollm2-dflash``); any other path stays."""
+    old_out, new_out = Path(config["out"]).parts, Path(model_dir).parts
+    k = 0  # trailing path parts the two share (the folder's name, and e.g. ``arms/``)
+    while k < min(len(old_out), len(new_out)) and old_out[-1 - k] == new_out[-1 - k]:
+        k += 1
+    old_root, new_root = Path(*old_out[: len(old_out) - k] or ["."]), Path(*new_out[: len(new_out) - k] or ["."])
+    out = {**config, "out": str(model_dir)}
+    init = config.get("init")
+    if k and init and old_root != new_root and Path(init).is_relative_to(old_root) and old_root != Path("."):
+        out["init"] = str(new_root / Path(init).relative_to(old_root))
+    return out
+
+
 def write_draft_card(
     model_dir: Path, command: str | None, data_meta: Path, bench: Path | None = None, bench_command: str = ""
 ) -> None:
     """``command`` None: rebuilt from the training summary (``train_command``), writing to this folder."""
     summary = json.loads((model_dir / "training_summary.json").read_text())
-    command = command or train_command({**summary["config"], "out": str(model_dir)})
+    command = command or train_command(moved_config(summary["config"], model_dir))
     cfg = json.loads((model_dir / "config.json").read_text())
     meta = json.loads(Path(data_meta).read_text())
     tc = summary["config"]
