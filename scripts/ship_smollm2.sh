@@ -17,7 +17,9 @@
 # Knobs: ROWS (rows of the training file, the first 64 held out), TRAIN_ROWS (greedy: default, a file of the
 # first turns' greedy rows; all: the mixed file, as v2; sampled), STEPS, HEAD_STEPS, OUT (where the drafters
 # go, default models), REGEN_ENGINE (default vllm), REGEN_DTYPE (bfloat16); STAGES (default
-# "data main conv heads"; "scale" makes the data at scale: all ShareGPT turns, regenerated, and the fixed answers).
+# "data main conv heads"; "scale" makes the data at scale: all ShareGPT turns, regenerated, and the fixed answers;
+# "compare": the drafters in OUT against those in models/ on the same held-out blocks, into OUT/eval.json — the
+# check before OUT replaces models/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
@@ -110,4 +112,14 @@ ARM="${HCOMMON/--train-vocab 8192/} --freeze-backbone --candidate-topk 8 --arm-r
   fi
 } &
 wait
+fi
+if [[ $STAGES == *compare* ]]; then
+# What training validates, on each finished folder: the shipped ones and the new ones, the same held-out blocks
+# (the mixed file's first 64 rows, both kinds of answer; docs/guide/training.md "Comparing finished drafters").
+FOLDERS=()
+for d in smollm2-dflash smollm2-lilicorr smollm2-lilicorr-conv smollm2-dflash-head; do
+  for root in models $OUT; do [ -f $root/$d/config.json ] && FOLDERS+=($root/$d); done
+done
+$L train eval $(printf '%s\n' "${FOLDERS[@]}" | awk '!seen[$0]++') --target $TARGET --data $MIXED \
+  --features $MIXED_FEATS --threads 2 --out $OUT/eval.json
 fi
