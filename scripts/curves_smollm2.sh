@@ -4,7 +4,8 @@
 # regenerated data and cached features, and validates on the same held-out rows and blocks.
 #   scripts/curves_smollm2.sh [RUN ...]      (default: all runs below; a finished run is skipped)
 # Then: lilicorr report --curves runs/curves/A runs/curves/B ... --out docs/results/curves-NAME.png
-# Knobs: MINUTES (budget per run, 8), ROWS (training rows of the data, 1024), DATA and FEATS (the first-turn
+# Knobs: MINUTES (budget per run, 8), ROWS (training rows of the data, 1024), VAL_DATA and VAL_FEATS (validation
+# file, default the first rows of DATA), DATA and FEATS (the first-turn
 # data and its feature cache; e.g. a file merged from the finished shards of a running data job:
 # `lilicorr data merge data/regen-smollm2/sharegpt.safetensors.shards --out data/regen-smollm2/sharegpt-first-head.safetensors`).
 # Needs the first-turn data and its feature cache (STAGES=scale scripts/ship_smollm2.sh, then
@@ -17,6 +18,8 @@ MINUTES=${MINUTES:-8}
 ROWS=${ROWS:-1024}
 DATA=${DATA:-data/regen-smollm2/sharegpt-first.safetensors}
 FEATS=${FEATS:-data/cache/features-smollm2-first}
+# VAL_DATA / VAL_FEATS: validate on another file's first rows (the v3 drafters: the mixed file's, both kinds of row)
+VAL=${VAL_DATA:+--val-data $VAL_DATA --val-features ${VAL_FEATS:?VAL_FEATS with VAL_DATA}}
 FIXED=data/regen-smollm2/sharegpt-fixed.safetensors
 FIXED_FEATS=data/cache/features-smollm2-fixed
 BASE="--target models/smollm2-135m-instruct --mode dflash --block-size 8 --gamma 4 --lr 1e-3 --seed 0
@@ -25,6 +28,9 @@ BASE="--target models/smollm2-135m-instruct --mode dflash --block-size 8 --gamma
 TODAY="--threads 1 --anchors 16 --val-every 25"
 FAST="--threads 2 --anchors 64 --train-vocab 8192 --val-every 100"
 SPARSE="--threads 2 --anchors 16 --train-vocab 8192 --val-every 100 --lr 3e-3 --gamma 1"  # the best 8-minute recipe
+# the head recipe of scripts/ship_smollm2.sh, on the frozen shipped backbone (the v3 data: DATA, FEATS and VAL below)
+HEAD="$SPARSE --num-layers 1 --mode head --init models/smollm2-dflash --candidate-topk 8 --head-hidden-size 128
+  --head-layers 2 --head-heads 4 --factor-dim 64 --logit-scale 8 --w-distill 0.25"
 declare -A RUNS=(
   [today-d1]="$TODAY --num-layers 1"
   [fast-d1]="$FAST --num-layers 1"
@@ -45,6 +51,13 @@ declare -A RUNS=(
   [sparse-g1-greedy-kd05]="$SPARSE --num-layers 1 --train-rows greedy --kd-weight 0.5"
   [sparse-g1-wd01]="$SPARSE --num-layers 1 --weight-decay 0.1"
   [sparse-g1-d2]="$SPARSE --num-layers 2"
+  # the LiLiCorr head on the frozen shipped DFlash backbone (its lattice holds twice the accepted prefix the walk
+  # finds, docs/results/curves-smollm2-v3.md): budget, width, depth, lr, the distillation term
+  [head-ship]="$HEAD"
+  [head-w256]="$HEAD --head-hidden-size 256"
+  [head-l4]="$HEAD --head-layers 4"
+  [head-lr1e-3]="$HEAD --lr 1e-3"
+  [head-nodistill]="$HEAD --w-distill 0"
 )
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(today-d1 fast-d1 dense-fullvocab-d1 fast-d2 fast-d3 fast-d1-fixed fast-d1-tinit fast-d1-lr3e-3
@@ -52,7 +65,7 @@ names=("$@")
 mkdir -p runs/curves
 for name in "${names[@]}"; do
   args=${RUNS[$name]:?unknown run $name}
-  data="--data $DATA --features $FEATS"
+  data="--data $DATA --features $FEATS $VAL"
   if [[ $args == *--data-override* ]]; then  # ShareGPT's own answers; validated on the regenerated rows
     args=${args/--data-override/}
     data="--data $FIXED --features $FIXED_FEATS --val-data $DATA --val-features $FEATS"
