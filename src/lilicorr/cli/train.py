@@ -29,12 +29,22 @@ def _eval(args: argparse.Namespace) -> int:
     if missing:  # before any (slow) evaluation
         print(f"error: not found: {', '.join(missing)}", file=sys.stderr)
         return 2
+    from lilicorr.runtime.runtime import TargetRuntime
+
+    runtime = TargetRuntime.load(args.target)  # once for every drafter
     results = []
     for draft in args.draft:
         try:
             results.append(
                 evaluate_draft(
-                    draft, args.target, args.data, args.features, args.val_sequences, args.batch_size, args.threads
+                    draft,
+                    args.target,
+                    args.data,
+                    args.features,
+                    args.val_sequences,
+                    args.batch_size,
+                    args.threads,
+                    runtime=runtime,
                 )
             )
         except (ValueError, FileNotFoundError) as e:  # CheckpointError is a ValueError: names the file and field

@@ -45,15 +45,15 @@ def evaluate_draft(
     val_sequences: int = 64,
     batch_size: int = 8,
     threads: int = 0,
+    runtime: TargetRuntime | None = None,
 ) -> dict:
     """Validation metrics of ``draft`` on the first ``val_sequences`` rows of ``data`` (as ``validate`` returns
-    them: τ estimate, slot accuracy, neighbour-same rate, losses, per kind of row where both are held out)."""
+    them: τ estimate, slot accuracy, neighbour-same rate, losses, per kind of row where both are held out).
+    ``runtime``: the target already loaded (several drafters evaluated in turn load it once)."""
     if threads:
         torch.set_num_threads(threads)
     draft = Path(draft)
-    runtime = TargetRuntime.load(str(target))
-    for p in runtime.model.parameters():
-        p.requires_grad_(False)
+    runtime = runtime or TargetRuntime.load(str(target))
     model = load_draft(draft, runtime.model.config)  # validated whole: a bad folder raises, nothing partial
     cfg = DraftTrainConfig(
         target=str(target),
