@@ -18,6 +18,8 @@
 # first turns' greedy rows; all: the mixed file, as v2; sampled), STEPS, HEAD_STEPS, OUT (where the drafters
 # go, default models), REGEN_ENGINE (default vllm), REGEN_DTYPE (bfloat16); STAGES (default
 # "data main conv heads"; "scale" makes the data at scale: all ShareGPT turns, regenerated, and the fixed answers;
+# "first": only what training reads — the first turns, the fixed answers and their merged file, ≈ 80 min with vLLM
+# on 2 cores, so `STAGES="first data main …"` rebuilds a fresh disk without the hours of later turns;
 # "compare": the drafters in OUT against those in models/ on the same held-out blocks, into OUT/eval.json — the
 # check before OUT replaces models/).
 set -euo pipefail
@@ -49,7 +51,7 @@ STAGES=${STAGES:-data main conv heads}
 [ -f data/prompts/sharegpt-turns.jsonl ] || $L data prompts sharegpt-turns --out data/prompts/sharegpt-turns.jsonl
 [[ $ENGINE != llamacpp ]] || make llamacpp
 [[ $ENGINE != vllm ]] || make .venv-compat/.installed
-if [[ $STAGES == *scale* ]]; then
+if [[ $STAGES == *scale* || $STAGES == *first* ]]; then
 # Data at scale (resumable shards + manifest; every stage continues where it stopped, on any engine):
 # all first turns, ShareGPT's own answers, the training file merged from both, then the later turns with the
 # conversation before them (hours).
@@ -64,18 +66,18 @@ $L data regenerate --target $TARGET --prompts data/prompts/sharegpt.jsonl --out 
 # features and training can start while the later turns are still being answered.
 [ -f data/regen-smollm2/sharegpt-first-fixed.safetensors ] || $L data merge data/regen-smollm2/sharegpt-first.safetensors \
   data/regen-smollm2/sharegpt-fixed.safetensors --out data/regen-smollm2/sharegpt-first-fixed.safetensors
+fi
+if [[ $STAGES == *scale* ]]; then
 $L data regenerate --target $TARGET --prompts data/prompts/sharegpt-turns.jsonl \
   --out data/regen-smollm2/sharegpt-turns.safetensors --num-sequences 24708 --max-prompt-tokens 768 \
   --new-tokens 256 --shard-size 32 --concurrency 64 --engine $ENGINE --dtype $DTYPE --seed 0 \
   --card data/cards/smollm2-sharegpt-turns
-fi
-if [[ $STAGES == *scale* ]]; then
 # Everything including the later turns (the data card of each part is in data/cards/).
 $L data merge data/regen-smollm2/sharegpt-first.safetensors data/regen-smollm2/sharegpt-fixed.safetensors \
   data/regen-smollm2/sharegpt-turns.safetensors --out data/regen-smollm2/sharegpt-all.safetensors
 fi
 if [[ $STAGES == *data* ]]; then
-[ -f $MIXED ] || { echo "$MIXED missing: make it first with STAGES=scale (its first turns and fixed answers)"; exit 2; }
+[ -f $MIXED ] || { echo "$MIXED missing: make it first with STAGES=first (its first turns and fixed answers; STAGES=scale also answers the later turns)"; exit 2; }
 [ -f $DATA ] || $L data merge data/regen-smollm2/sharegpt-first.safetensors --rows $TRAIN_ROWS --out $DATA
 $L data features --target $TARGET --data $DATA --out $FEATS --max-sequences $ROWS --threads 2
 [ -z "$VAL" ] || $L data features --target $TARGET --data $MIXED --out $MIXED_FEATS --max-sequences 64 --threads 2
