@@ -1,8 +1,10 @@
 """llama.cpp beside lilicorr's engine on the same chat prompts, batch 1, T = 0: tokens/s and acceptance.
 
-Arms: llama-server AR (the target GGUF, Q4_1 as shipped), llama-server + each drafter exported as GGUF
-(DFlash drafting; a LiLiCorr drafter runs as its DFlash backbone there), and lilicorr's engine (AR, the
-LiLiCorr chain, DDTree on the same backbone, ngram) on the dequantized HF folder. Writes a markdown
+Arms: llama-server AR (the target GGUF, Q4_1 as shipped), llama-server's own model-free speculation
+(``--spec-type ngram-simple``, the baseline a drafter must beat there), llama-server + each drafter exported as
+GGUF (DFlash drafting; a LiLiCorr drafter runs as its DFlash backbone there), and lilicorr's engine (AR, ngram,
+the LiLiCorr chain, DDTree on the same backbone, and the default: what ``generate --draft`` runs) on the
+dequantized HF folder. Writes a markdown
 table (default docs/results/llamacpp.md). Run it alone on the machine: timings.
 
     python benchmarks/llamacpp_speed.py --threads 2 --max-tokens 64
@@ -25,7 +27,7 @@ from lilicorr.data.atomic import atomic_write_text
 from lilicorr.data.chat import row_ids
 from lilicorr.data.prompt_sets import load_set
 from lilicorr.decoding.build import build_engine
-from lilicorr.decoding.config import SpecConfig
+from lilicorr.decoding.config import SpecConfig, default_config, parse_speculative_config
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.runtime.runtime import TargetRuntime, cpu_has_fast_bf16, resolve_dtype
@@ -74,11 +76,11 @@ def main() -> int:
         if cli(["export", "--format", "gguf", d, "--target", SHIPPED_TARGET, "--out", str(out)]) != 0:
             raise SystemExit(f"export of {d} failed")
     llama_ar = None
-    for name, draft in [("llama.cpp AR", None)] + [
-        (f"llama.cpp + {Path(d).name} (DFlash drafting)", gguf / (Path(d).name + ".gguf"))
+    for name, draft, spec_type in [("llama.cpp AR", None, None), ("llama.cpp ngram-simple", None, "ngram-simple")] + [
+        (f"llama.cpp + {Path(d).name} (DFlash drafting)", gguf / (Path(d).name + ".gguf"), None)
         for d in (SHIPPED_DFLASH, SHIPPED_DRAFT)
     ]:
-        with LlamaServer(SHIPPED_TARGET + ".gguf", draft, threads=args.threads) as server:
+        with LlamaServer(SHIPPED_TARGET + ".gguf", draft, threads=args.threads, spec_type=spec_type) as server:
             answers = [chat(server, r, args.max_tokens) for r in prompts]
         stats = pooled(answers)
         texts = [a.text for a in answers]
@@ -111,6 +113,17 @@ def main() -> int:
         (
             "lilicorr engine DDTree (LiLiCorr backbone, 16 nodes)",
             engine_arm(target, SpecConfig(method="ddtree"), lili, SHIPPED_DRAFT, prompts, args.max_tokens),
+        ),
+        (
+            "lilicorr engine default (`generate --draft`: LiLiCorr tree + prompt lookup, draft gate)",
+            engine_arm(
+                target,
+                parse_speculative_config(default_config(SHIPPED_DRAFT)),
+                lili,
+                SHIPPED_DRAFT,
+                prompts,
+                args.max_tokens,
+            ),
         ),
     ]
     for name, r in engine_arms:
