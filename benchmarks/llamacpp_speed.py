@@ -64,6 +64,9 @@ def main() -> int:
     ap.add_argument("--prompts", type=int, default=8, help="MT-Bench prompts, one per category first")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--out", default="docs/results/llamacpp.md")
+    ap.add_argument(
+        "--notes", default="docs/results/llamacpp-notes.md", help="written by hand, included under Notes if present"
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     rows = load_set("mt-bench")
@@ -147,6 +150,8 @@ def main() -> int:
     for name, tps, tau, same in table:
         lines.append(f"| {name} | {tps:.1f} | {tps / base:.2f}× | {tau if tau else '—'} | {same} |")
     lines += ["", IDENTITY_NOTE]
+    if Path(args.notes).exists():
+        lines += ["", "## Notes", "", Path(args.notes).read_text().rstrip()]
     atomic_write_text(Path(args.out), "\n".join(lines) + "\n")
     print(json.dumps({"written": args.out}))
     return 0
