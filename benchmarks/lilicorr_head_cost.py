@@ -1,6 +1,8 @@
-"""Cost of the shipped LiLiCorr head's forward on one lattice (batch 1, 7 slots × K candidates), bf16 and fp32,
-and the operators it spends it on (torch.profiler). The speed pages' breakdown puts the head at ≈ 5 ms of a
-≈ 115 ms drafting cycle in bf16 on a 2-core CPU (≈ 3 % published on a GPU): this says where that goes.
+"""Cost of the shipped LiLiCorr head's forward on a lattice (7 slots × K candidates, batch 1 / 8 / 32), bf16 and
+fp32, on 1 and 2 threads, and the operators it spends it on (torch.profiler, --profile). The speed pages'
+breakdown put the head at ≈ 5 ms of a ≈ 115 ms drafting cycle in bf16 on a 2-core CPU (≈ 3 % published on a
+GPU): its ≈ 100 tiny operators pay OpenMP's wake-up on every parallel region (OMP_WAIT_POLICY=PASSIVE), so one
+thread runs a small lattice faster — the rule `decoding.threads.small_op_threads` follows.
 
     python benchmarks/lilicorr_head_cost.py [--draft models/smollm2-lilicorr] [--iters 200]
 """
@@ -17,17 +19,17 @@ from lilicorr.runtime.runtime import cpu_has_fast_bf16
 from lilicorr.shipped import SHIPPED_DRAFT
 
 
-def lattice_inputs(head, hm: int, n: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-    """Random inputs of the head's shapes: pass_hidden [1, n, Hm], token_emb [1, n, K, Hm], lp [1, n, K]
-    (sorted descending, as the lattice gives them), anchor [1, Hm], anchor_valid [1]."""
+def lattice_inputs(head, hm: int, n: int, dtype: torch.dtype, batch: int = 1) -> tuple[torch.Tensor, ...]:
+    """Random inputs of the head's shapes: pass_hidden [b, n, Hm], token_emb [b, n, K, Hm], lp [b, n, K]
+    (sorted descending, as the lattice gives them), anchor [b, Hm], anchor_valid [b]."""
     g = torch.Generator().manual_seed(0)
-    lp = torch.randn(1, n, head.k, generator=g).sort(-1, descending=True).values.log_softmax(-1)
+    lp = torch.randn(batch, n, head.k, generator=g).sort(-1, descending=True).values.log_softmax(-1)
     return (
-        torch.randn(1, n, hm, generator=g).to(dtype),
-        torch.randn(1, n, head.k, hm, generator=g).to(dtype),
+        torch.randn(batch, n, hm, generator=g).to(dtype),
+        torch.randn(batch, n, head.k, hm, generator=g).to(dtype),
         lp,
-        torch.randn(1, hm, generator=g).to(dtype),
-        torch.ones(1, dtype=torch.bool),
+        torch.randn(batch, hm, generator=g).to(dtype),
+        torch.ones(batch, dtype=torch.bool),
     )
 
 
@@ -46,17 +48,22 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--draft", default=SHIPPED_DRAFT)
     ap.add_argument("--iters", type=int, default=200)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--profile", action="store_true", help="print the operator table of each dtype")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    print(f"threads {args.threads}, AMX-bf16: {cpu_has_fast_bf16()}")
+    print(f"AMX-bf16: {cpu_has_fast_bf16()}")
     for dtype in (torch.bfloat16, torch.float32):
         draft = load_draft(args.draft, dtype=dtype).eval()
         head = draft.lilicorr
-        inputs = lattice_inputs(head, draft.cfg.hidden_size, draft.cfg.block_size - 1, dtype)
-        print(f"{dtype}: {time_head(head, inputs, args.iters):.2f} ms per forward")
+        for batch in args.batches:
+            inputs = lattice_inputs(head, draft.cfg.hidden_size, draft.cfg.block_size - 1, dtype, batch)
+            ms = {}
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                ms[threads] = time_head(head, inputs, args.iters)
+            print(f"{dtype} batch {batch}: {ms[1]:.2f} ms on 1 thread, {ms[2]:.2f} ms on 2 ({ms[2] / ms[1]:.2f}×)")
         if args.profile:
+            inputs = lattice_inputs(head, draft.cfg.hidden_size, draft.cfg.block_size - 1, dtype)
             with torch.inference_mode(), torch.profiler.profile() as prof:
                 for _ in range(20):
                     head(*inputs)

@@ -9,6 +9,7 @@ autoregressive output token for token; the report records that check.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import time
 from dataclasses import asdict
@@ -137,6 +138,8 @@ def environment() -> dict:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "threads": torch.get_num_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
         "cpu": _cpu_model(),
         "amx_bf16": cpu_has_fast_bf16(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
