@@ -66,12 +66,12 @@ def main() -> None:
         "256-token context, each cell a fresh process with `OMP_WAIT_POLICY=PASSIVE` and the `GOMP_SPINCOUNT` shown "
         "(0: PASSIVE as it behaves alone).",
         "",
-        "| machine load | GOMP_SPINCOUNT | 1 new token (ms) | 16 new tokens (ms) | 1 token vs spin 0 |",
+        "| machine load | GOMP_SPINCOUNT | 1 new token (ms) | 16 new tokens (ms) | 1-token speed vs spin 0 |",
         "|---|---|---|---|---|",
     ]
     base = {load: n1 for load, spin, n1, _ in rows if spin == args.spins[0]}
     for load, spin, n1, n16 in rows:
-        lines.append(f"| {load} | {spin} | {n1:.1f} | {n16:.1f} | {base[load] / n1:.2f}× faster |")
+        lines.append(f"| {load} | {spin} | {n1:.1f} | {n16:.1f} | {base[load] / n1:.2f}× |")
     if Path(args.notes).exists():
         lines += ["", "## Notes", "", Path(args.notes).read_text().rstrip()]
     atomic_write_text(Path(args.out), "\n".join(lines) + "\n")

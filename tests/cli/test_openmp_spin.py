@@ -64,3 +64,18 @@ def test_competing_cores_counts_normal_priority_work():
     finally:
         busy.kill()
     assert got is not None and got >= 0.7  # one core's worth, less scheduler noise
+
+
+def test_the_command_line_sets_it_before_torch_loads():
+    """``main`` decides before building its parser (registering the commands' options imports torch)."""
+    code = (
+        "import os, sys; from lilicorr.cli.main import main\n"
+        "try:\n    main(['bench', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print(os.environ.get('GOMP_SPINCOUNT'), 'torch' in sys.modules)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**env, "LILICORR_OMP_SPIN": "777"}, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-2:] == ["777", "True"]  # set, and torch was loaded afterwards by the parser

@@ -111,8 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    # before the parser: registering the commands' options imports torch, and OpenMP reads its environment then
+    openmp_spin(next((w for w in words if not w.startswith("-")), ""))
     args = build_parser().parse_args(argv)
-    openmp_spin(args.command)
     try:
         return args.func(args)
     except KeyboardInterrupt:
