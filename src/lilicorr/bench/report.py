@@ -213,7 +213,9 @@ def write_report(
         "",
         f"Target `{results['target']}`; drafters {', '.join(f'`{d}`' for d in results['drafts'])}; "
         f"{results['runs'][0]['prompts']} held-out prompts, {results['max_tokens']} new tokens each, batch 1; "
-        f"python {env['python']}, torch {env['torch']}, {env['threads']} threads, {env['time']}.",
+        f"python {env['python']}, torch {env['torch']}, {env['threads']} threads"
+        + (f", GOMP_SPINCOUNT={env['gomp_spincount']}" if env.get("gomp_spincount") is not None else "")
+        + f", {env['time']}.",
         "",
         markdown_table(results),
         "## Relative to the baselines",

@@ -20,8 +20,8 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 # OpenMP's wait between parallel regions, for the commands that decode (measured by
 # benchmarks/openmp_spin.py, docs/results/openmp-spin.md). PASSIVE alone puts torch's second thread to sleep
 # after every operator, and waking it costs more than a one-token step's hundreds of tiny operators are worth:
-# on an idle 2-core machine a bounded spin (GOMP_SPINCOUNT) makes a SmolLM2 step 1.6× faster, beside niced
-# background jobs 1.3×; spinning makes it 2.2× slower when another process competes for the cores at normal
+# on an idle 2-core machine a bounded spin (GOMP_SPINCOUNT) makes a SmolLM2 step 1.7–2.2× faster, beside niced
+# background jobs 1.3–1.4×; spinning makes it 2.2–2.3× slower when another process competes for the cores at normal
 # priority, so it is chosen only when no such process is running.
 DECODING_COMMANDS = frozenset({"generate", "serve", "bench"})
 IDLE_SPIN_COUNT = 10000
