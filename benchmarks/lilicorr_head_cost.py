@@ -1,8 +1,10 @@
 """Cost of the shipped LiLiCorr head's forward on a lattice (7 slots × K candidates, batch 1 / 8 / 32), bf16 and
 fp32, on 1 and 2 threads, and the operators it spends it on (torch.profiler, --profile). The speed pages'
 breakdown put the head at ≈ 5 ms of a ≈ 115 ms drafting cycle in bf16 on a 2-core CPU (≈ 3 % published on a
-GPU): its ≈ 100 tiny operators pay OpenMP's wake-up on every parallel region (OMP_WAIT_POLICY=PASSIVE), so one
-thread runs a small lattice faster — the rule `decoding.threads.small_op_threads` follows.
+GPU): its ≈ 100 tiny operators pay OpenMP's wake-up on every parallel region under OMP_WAIT_POLICY=PASSIVE (on an
+idle machine: 1.8 ms on one thread against 4.4 ms on two), the cost that the decoding commands' bounded spin
+(GOMP_SPINCOUNT, docs/results/openmp-spin.md) removes for every operator. Run it alone: background load changes
+the answer.
 
     python benchmarks/lilicorr_head_cost.py [--draft models/smollm2-lilicorr] [--iters 200]
 """
