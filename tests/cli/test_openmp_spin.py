@@ -32,6 +32,12 @@ def test_an_explicit_count_is_set_for_decoding_commands_only():
     assert result("train", LILICORR_OMP_SPIN="2500") == [None, None, False]  # training is left as it was
 
 
+def test_a_server_spins_only_when_asked():
+    """``serve`` outlives the moment ``auto`` looks at the machine, so auto leaves it passive."""
+    assert result("serve") == ["0", "0", False]
+    assert result("serve", LILICORR_OMP_SPIN="10000") == ["10000", "10000", False]
+
+
 def test_the_users_gomp_spincount_wins():
     assert result("serve", GOMP_SPINCOUNT="123", LILICORR_OMP_SPIN="9999") == ["123", "123", False]
 

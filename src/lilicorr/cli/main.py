@@ -22,8 +22,11 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 # after every operator, and waking it costs more than a one-token step's hundreds of tiny operators are worth:
 # on an idle 2-core machine a bounded spin (GOMP_SPINCOUNT) makes a SmolLM2 step 1.7–2.2× faster, beside niced
 # background jobs 1.3–1.4×; spinning makes it 2.2–2.3× slower when another process competes for the cores at normal
-# priority, so it is chosen only when no such process is running.
+# priority, so it is chosen only when no such process is running. `auto` decides once, at start: right for the
+# short-lived `generate` and `bench`; a server lives on while load generators and other jobs come and go
+# beside it, so `serve` spins only when asked (LILICORR_OMP_SPIN=N).
 DECODING_COMMANDS = frozenset({"generate", "serve", "bench"})
+AUTO_SPIN_COMMANDS = frozenset({"generate", "bench"})
 IDLE_SPIN_COUNT = 10000
 
 
@@ -51,14 +54,17 @@ def competing_cores(window_s: float = 0.1) -> float | None:
 def openmp_spin(command: str) -> str | None:
     """Set ``GOMP_SPINCOUNT`` for a decoding command before torch loads OpenMP; return what is in force.
 
-    ``LILICORR_OMP_SPIN``: ``auto`` (default: ``IDLE_SPIN_COUNT`` when normal-priority work keeps less than
-    half a core busy, else 0 — PASSIVE as before) or a spin count. A ``GOMP_SPINCOUNT`` the user set is kept;
+    ``LILICORR_OMP_SPIN``: ``auto`` (default: for ``AUTO_SPIN_COMMANDS``, ``IDLE_SPIN_COUNT`` when
+    normal-priority work keeps less than half a core busy, else 0 — PASSIVE as before; 0 for ``serve``) or a
+    spin count. A ``GOMP_SPINCOUNT`` the user set is kept;
     once torch is imported the runtime has read its environment, so nothing is changed then.
     """
     if "GOMP_SPINCOUNT" in os.environ or "torch" in sys.modules or command not in DECODING_COMMANDS:
         return os.environ.get("GOMP_SPINCOUNT")
     choice = os.environ.get("LILICORR_OMP_SPIN", "auto")
-    if choice == "auto":
+    if choice == "auto" and command not in AUTO_SPIN_COMMANDS:
+        count = 0
+    elif choice == "auto":
         busy = competing_cores()
         count = IDLE_SPIN_COUNT if busy is not None and busy < 0.5 else 0
     elif choice.isdigit():
