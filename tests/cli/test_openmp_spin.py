@@ -1,4 +1,4 @@
-"""The OpenMP spin choice for decoding commands (``cli.main.openmp_spin``). Each case runs in a fresh interpreter
+"""The OpenMP spin choice for decoding commands (``cli.openmp.openmp_spin``). Each case runs in a fresh interpreter
 that has not imported torch, as the ``lilicorr`` command does before it dispatches."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 import time
 
 PROBE = (
-    "import json, os, sys; from lilicorr.cli.main import openmp_spin; "
+    "import json, os, sys; from lilicorr.cli.openmp import openmp_spin; "
     "got = openmp_spin(sys.argv[1]); print(json.dumps([got, os.environ.get('GOMP_SPINCOUNT'), 'torch' in sys.modules]))"
 )
 
@@ -61,7 +61,7 @@ def test_auto_stays_passive_beside_a_competing_process():
 
 
 def test_competing_cores_counts_normal_priority_work():
-    from lilicorr.cli.main import competing_cores
+    from lilicorr.cli.openmp import competing_cores
 
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
