@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from lilicorr.bench.runner import environment
 from lilicorr.data.atomic import atomic_write_text
 
 BUSY = [sys.executable, "-c", "while True: pass"]
@@ -69,10 +70,7 @@ def main() -> None:
         finally:
             for p in busy:
                 p.kill()
-    cpu = next(
-        (ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if "model name" in ln),
-        "?",
-    )
+    cpu = environment()["cpu"]  # torch loads here, in this parent only: each cell is its own process
     lines = [
         "# OpenMP wait policy and the one-token step (SmolLM2-135M-Instruct)",
         "",

@@ -23,6 +23,7 @@ def main() -> None:
     ap.add_argument("--widths", type=int, nargs="+", default=[1, 4, 8, 16, 32])
     ap.add_argument("--train-batch", type=int, default=4, help="also time a full forward of B x 256 tokens")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--profile", action="store_true", help="also print the operator table of ten 1-token steps")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     out = {}
@@ -41,6 +42,13 @@ def main() -> None:
                     model(input_ids=new, past_key_values=cache, use_cache=True)
                     times.append(time.perf_counter() - t0)
                 row[f"n{n}_ms"] = round(1000 * sorted(times[1:])[len(times[1:]) // 2], 1)
+            if args.profile:  # where a one-token step's time goes (operator count and self time)
+                cache = DynamicCache(config=model.config)
+                model(input_ids=ctx, past_key_values=cache, use_cache=True)
+                with torch.profiler.profile() as prof:
+                    for _ in range(10):
+                        model(input_ids=torch.tensor([[500]]), past_key_values=cache, use_cache=True)
+                print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10), flush=True)
             toks = torch.randint(100, 10000, (args.train_batch, 256))
             t0 = time.perf_counter()
             for _ in range(2):

@@ -40,6 +40,19 @@ def test_rerun_resumes_every_piece(tiny_target_dir, drafts, tmp_path):
     assert "resumed" not in third
 
 
+def test_parts_measured_with_another_openmp_spin_are_not_reused(tiny_target_dir, drafts, tmp_path, monkeypatch):
+    """Timings with and without OpenMP's spin differ by up to 2×: a page must not mix them."""
+    out = tmp_path / "bench"
+    arms = [Variant("ar", "ar")]
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 4, out=out, arms=arms)
+    monkeypatch.setenv("GOMP_SPINCOUNT", "0")  # passive, as unset: the same parts
+    assert "resumed" in run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 4, out=out, arms=arms)
+    monkeypatch.setenv("GOMP_SPINCOUNT", "10000")
+    res = run_bench(str(tiny_target_dir), drafts, PROMPTS, [0.0], 4, out=out, arms=arms)
+    assert "resumed" not in res and res["environment"]["gomp_spincount"] == "10000"
+
+
 def test_half_written_part_is_recomputed(tiny_target_dir, drafts, tmp_path):
     out = tmp_path / "bench"
     arms = [Variant("ar", "ar")]

@@ -67,6 +67,12 @@ def test_eval_cli_writes_all_results_or_nothing(tiny_target_dir, rule_data, tmp_
     (broken / "config.json").write_text("{}")
     assert main([*base, str(tmp_path / "d"), str(broken), "--out", str(out)]) == 2
     assert "broken" in capsys.readouterr().err and not out.exists()
+    # a target folder that is not a model: named, nothing written
+    not_model = tmp_path / "not-a-model"
+    not_model.mkdir()
+    bad_target = [*base[:3], str(not_model), *base[4:]]
+    assert main([*bad_target, str(tmp_path / "d"), "--out", str(out)]) == 2
+    assert "not-a-model" in capsys.readouterr().err and not out.exists()
     # more held-out rows than the file has: a clear error
     assert main([*base[:-1], "1000", str(tmp_path / "d")]) == 2
     assert "1000 held-out rows" in capsys.readouterr().err

@@ -23,12 +23,16 @@ def weights_id(folder: str | None) -> list:
     return [folder, [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]]
 
 
-def fingerprint(target: str, prompts: list[dict], max_tokens: int, seed: int, dtype: str = "float32") -> str:
+def fingerprint(
+    target: str, prompts: list[dict], max_tokens: int, seed: int, dtype: str = "float32", spin: str | None = None
+) -> str:
     """Hash of the inputs every piece depends on; each piece's key adds its own drafter's ``weights_id``,
-    so adding a drafter to a finished bench reruns only that drafter's arms."""
+    so adding a drafter to a finished bench reruns only that drafter's arms. ``spin``: the process's
+    ``GOMP_SPINCOUNT`` — timings measured with and without OpenMP's spin must not be mixed on one page."""
     blob = json.dumps(
         {"target": weights_id(target), "prompts": prompts, "max_tokens": max_tokens, "seed": seed}
-        | ({"dtype": dtype} if dtype != "float32" else {}),  # fp32 keys unchanged: earlier parts still resume
+        | ({"dtype": dtype} if dtype != "float32" else {})  # fp32 keys unchanged: earlier parts still resume
+        | ({"gomp_spincount": spin} if spin not in (None, "0") else {}),  # so are passive ones
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

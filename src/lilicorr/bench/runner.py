@@ -177,7 +177,7 @@ def run_bench(
     target = TargetRuntime.load(target_dir, dtype=torch_dtype, device=device)
     arms = arms or default_variants(draft_dirs)
     drafts = {d: load_draft(d, target.model.config, dtype=torch_dtype) for d in {a.draft for a in arms if a.draft}}
-    cache = PartCache(out, fingerprint(target_dir, prompts, max_tokens, seed, dtype))
+    cache = PartCache(out, fingerprint(target_dir, prompts, max_tokens, seed, dtype, os.environ.get("GOMP_SPINCOUNT")))
     tiers = cache.get("tiers") or entropy_tiers(target, prompts)
     cache.put("tiers", tiers)
     prompts = [{**p, "tier": tiers[p["id"]]} for p in prompts]

@@ -31,7 +31,11 @@ def _eval(args: argparse.Namespace) -> int:
         return 2
     from lilicorr.runtime.runtime import TargetRuntime
 
-    runtime = TargetRuntime.load(args.target)  # once for every drafter
+    try:
+        runtime = TargetRuntime.load(args.target)  # once for every drafter
+    except (ValueError, OSError) as e:  # a folder that is not a causal LM: named, nothing written
+        print(f"error: {args.target}: {e}", file=sys.stderr)
+        return 2
     results = []
     for draft in args.draft:
         try:
