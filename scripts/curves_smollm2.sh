@@ -51,6 +51,8 @@ declare -A RUNS=(
   [sparse-g1-greedy-kd05]="$SPARSE --num-layers 1 --train-rows greedy --kd-weight 0.5"
   [sparse-g1-wd01]="$SPARSE --num-layers 1 --weight-decay 0.1"
   [sparse-g1-d2]="$SPARSE --num-layers 2"
+  [sparse-g1-d3]="$SPARSE --num-layers 3"
+  [sparse-g1-d5]="$SPARSE --num-layers 5"
   # the LiLiCorr head on the frozen shipped DFlash backbone (its lattice holds twice the accepted prefix the walk
   # finds, docs/results/curves-smollm2-v3.md): budget, width, depth, lr, the distillation term
   [head-ship]="$HEAD"

@@ -488,12 +488,13 @@ def test_card_command_round_trips_through_the_cli(mode):
 
 def test_learning_curves_log_positions_and_plot(tiny_target_dir, regen_data, tmp_path):
     """Validation points carry supervised positions (global batch: every valid block's slots), minutes, τ and
-    the neighbouring-slot repeat rate; `lilicorr report --curves` draws several runs into one PNG."""
+    the neighbouring-slot repeat rate; `lilicorr report --curves` draws several runs into one PNG, and a run with a
+    LiLiCorr head also its walk's τ (a head on a frozen backbone has a flat top-1 curve: its walk is what moves)."""
     from lilicorr.cli.main import main
     from lilicorr.training.curves import read_curve
 
-    for name in ("a", "b"):
-        train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / name, "dflash", steps=6, val_every=3))
+    for name, mode in (("a", "dflash"), ("b", "lilicorr")):
+        train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / name, mode, steps=6, val_every=3))
     pts = read_curve(tmp_path / "a-run")
     assert [p["step"] for p in pts] == [3, 6]
     assert 0 < pts[0]["positions"] < pts[1]["positions"] <= 6 * 4 * 4 * 3  # steps · batch · anchors · slots
@@ -508,6 +509,9 @@ def test_learning_curves_log_positions_and_plot(tiny_target_dir, regen_data, tmp
     rows = [x for x in page.read_text().splitlines() if x.startswith("| a-run") or x.startswith("| b-run")]
     assert len(rows) == 2 and f"| {pts[-1]['tau']:.4f} |" in rows[0] and "curves.png" in page.read_text()
     assert f"| {pts[-1]['tau_greedy']:.4f} / {pts[-1]['tau_sampled']:.4f} |" in rows[0]  # per kind of held-out row
+    walk = read_curve(tmp_path / "b-run")
+    assert pts[-1]["walk_tau"] is None and walk[-1]["walk_tau"] >= 1.0 and walk[-1]["walk_tau_greedy"] >= 1.0
+    assert "| — | — |" in rows[0] and "| — |" not in rows[1] and f"| {walk[-1]['walk_tau_greedy']:.4f} |" in rows[1]
 
 
 def test_training_vocabulary_is_a_column_subset_of_the_full_logits(tiny_target_dir, regen_data):

@@ -38,6 +38,10 @@ def read_curve(run_dir: str | Path) -> list[dict]:
                 # the greedy rows, sampling on the T=1 ones
                 "tau_greedy": val.get("greedy", {}).get("tau_top1_estimate"),
                 "tau_sampled": val.get("sampled", {}).get("tau_top1_estimate"),
+                # a head trained on a frozen backbone leaves the top-1 τ flat: its curve is the walk's
+                "walk_tau_greedy": (
+                    1 + val["greedy"]["walk_prefix"] if val.get("greedy", {}).get("walk_prefix") is not None else None
+                ),
             }
         )
     return points
@@ -52,27 +56,34 @@ def run_config(run_dir: str | Path) -> dict:
     return {}
 
 
-def _at_minutes(points: list[dict], minutes: float) -> float | None:
-    """τ estimate at ``minutes`` of training, linear between the validations around it."""
+def _at_minutes(points: list[dict], minutes: float, key: str = "tau") -> float | None:
+    """``key`` (a τ estimate) at ``minutes`` of training, linear between the validations around it."""
     prev = None
     for p in points:
         if p["minutes"] >= minutes:
             if prev is None or p["minutes"] == prev["minutes"]:
-                return p["tau"]
+                return p[key]
             w = (minutes - prev["minutes"]) / (p["minutes"] - prev["minutes"])
-            return prev["tau"] + w * (p["tau"] - prev["tau"])
+            return prev[key] + w * (p[key] - prev[key])
         prev = p
     return None
 
 
+def _fmt(x: float | None) -> str:
+    return "—" if x is None else f"{x:.4f}"
+
+
 def curves_table(runs: list[str | Path]) -> str:
     """A markdown table of the runs: recipe, budget, supervised positions (and per second), and held-out
-    τ estimate at the end and at the shortest run's minutes (equal wall time)."""
+    τ estimate at the end and at the shortest run's minutes (equal wall time); for runs with a LiLiCorr head,
+    also its walk's τ estimate (all rows at equal time, and the greedy rows at the end)."""
     curves = {Path(r).name: read_curve(r) for r in runs}
     common = min((c[-1]["minutes"] for c in curves.values() if c), default=0.0)
+    walks = any(p["walk_tau"] is not None for c in curves.values() for p in c)
     head = ("| run | data | layers | anchors | train vocab | threads | steps | minutes | positions (M) | positions/s "
             f"| τ est. at {common:.1f} min | final τ est. | greedy / sampled rows "
-            "| slot-1 acc | neighbour same |")  # fmt: skip
+            + (f"| walk τ at {common:.1f} min | final walk τ, greedy rows " if walks else "")
+            + "| slot-1 acc | neighbour same |")  # fmt: skip
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for run in runs:
         name, pts, cfg = Path(run).name, curves[Path(run).name], run_config(run)
@@ -83,18 +94,23 @@ def curves_table(runs: list[str | Path]) -> str:
         rate = pos / (last["minutes"] * 60) if last["minutes"] else 0.0
         eq = _at_minutes(pts, common)
         split = "—" if last["tau_greedy"] is None else f"{last['tau_greedy']:.4f} / {last['tau_sampled']:.4f}"
+        walk = ""
+        if walks:
+            eq_walk = _at_minutes(pts, common, "walk_tau") if last["walk_tau"] is not None else None
+            walk = f"| {_fmt(eq_walk)} | {_fmt(last['walk_tau_greedy'])} "
         lines.append(
             f"| {name} | {Path(cfg.get('data', '?')).stem} | {cfg.get('num_layers')} | {cfg.get('anchors')} "
             f"| {cfg.get('train_vocab') or 'all'} | {cfg.get('threads') or 'all'} | {last['step']} "
             f"| {last['minutes']:.1f} | {pos / 1e6:.2f} | {rate:.0f} | {eq:.4f} | {last['tau']:.4f} | {split} "
-            f"| {last['slot1_acc']:.4f} | {last['neighbour_same']} |"
+            f"{walk}| {last['slot1_acc']:.4f} | {last['neighbour_same']} |"
         )
     return "\n".join(lines) + "\n"
 
 
 def plot_curves(runs: list[str | Path], out: str | Path) -> Path:
     """One PNG: τ estimate vs supervised positions (left) and vs minutes (middle), one line per run, and where
-    the runs validated per kind of row, the greedy rows' τ estimate vs minutes (right)."""
+    the runs validated per kind of row, the greedy rows' τ estimate vs minutes (right). A run with a LiLiCorr head
+    adds its walk's τ estimate as a dashed line of the same colour (vs minutes)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -107,10 +123,19 @@ def plot_curves(runs: list[str | Path], out: str | Path) -> Path:
         with_pos = [p for p in pts if p["positions"] is not None]
         if with_pos:
             axes[0].plot([p["positions"] for p in with_pos], [p["tau"] for p in with_pos], marker="o", label=name)
-        axes[1].plot([p["minutes"] for p in pts], [p["tau"] for p in pts], marker="o", label=name)
+        (line,) = axes[1].plot([p["minutes"] for p in pts], [p["tau"] for p in pts], marker="o", label=name)
+        walk = [p for p in pts if p["walk_tau"] is not None]
+        if walk:
+            axes[1].plot([p["minutes"] for p in walk], [p["walk_tau"] for p in walk], ls="--", marker=".",
+                         color=line.get_color(), label=f"{name} (walk)")  # fmt: skip
         greedy = [p for p in pts if p["tau_greedy"] is not None]
         if split and greedy:  # T=0 decoding is judged on these rows
-            axes[2].plot([p["minutes"] for p in greedy], [p["tau_greedy"] for p in greedy], marker="o", label=name)
+            axes[2].plot([p["minutes"] for p in greedy], [p["tau_greedy"] for p in greedy], marker="o", label=name,
+                         color=line.get_color())  # fmt: skip
+            gwalk = [p for p in greedy if p["walk_tau_greedy"] is not None]
+            if gwalk:
+                axes[2].plot([p["minutes"] for p in gwalk], [p["walk_tau_greedy"] for p in gwalk], ls="--",
+                             marker=".", color=line.get_color(), label=f"{name} (walk)")  # fmt: skip
     labels = [("supervised positions", "held-out τ estimate (1 + top-1 prefix)"),
               ("minutes of training", "held-out τ estimate (1 + top-1 prefix)"),
               ("minutes of training", "τ estimate, greedy (T=0) held-out rows")]  # fmt: skip
