@@ -60,6 +60,12 @@ declare -A RUNS=(
   [head-l4]="$HEAD --head-layers 4"
   [head-lr1e-3]="$HEAD --lr 1e-3"
   [head-nodistill]="$HEAD --w-distill 0"
+  # the head's log-prob features and lattice at the full vocabulary, as the engine computes them (with the 8 k
+  # training vocabulary 28 % of the drafter's mass lies outside it and 27 % of the top-8 lattices differ)
+  [head-fullvocab]="${HEAD/--train-vocab 8192 /}"
+  # the same two ways at the 8 k training vocabulary's price: 4 096 sampled negatives a step (sampled softmax)
+  [head-neg4k]="$HEAD --train-vocab-negatives 4096"
+  [sparse-g1-neg4k]="$SPARSE --num-layers 1 --train-vocab-negatives 4096"
 )
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(today-d1 fast-d1 dense-fullvocab-d1 fast-d2 fast-d3 fast-d1-fixed fast-d1-tinit fast-d1-lr3e-3

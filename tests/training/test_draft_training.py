@@ -74,6 +74,25 @@ def test_soft_labels_are_the_targets_logits_for_each_slot(tiny_target_dir, regen
         _cfg(tiny_target_dir, regen_data, "unused", "dflash", kd_weight=1.5).validate()
 
 
+def test_t1_acceptance_estimate_is_the_overlap_of_draft_and_target():
+    """``block_metrics``' T = 1 estimate: a slot is accepted with probability Σ min(p, q), a chain's prefix is the
+    sum of the running products: identical distributions accept every slot, disjoint ones none, and a half
+    overlap gives ½ + ¼ + …; invalid blocks do not count."""
+    from lilicorr.training.losses import block_metrics
+
+    m, s, v = 3, 4, 6
+    labels, valid = torch.zeros(m, s, dtype=torch.long), torch.tensor([True, True, False])
+    z = torch.randn(m, s, v)
+    assert float(block_metrics(z, labels, valid, target_logits=z)["t1_prefix"]) == pytest.approx(2 * s, rel=1e-5)
+    big = torch.full((m, s, v), -1e4)
+    draft, target = big.clone(), big.clone()
+    draft[..., 0], target[..., 1] = 0.0, 0.0  # all mass on different tokens
+    assert float(block_metrics(draft, labels, valid, target_logits=target)["t1_prefix"]) == pytest.approx(0.0)
+    draft[..., 1] = 0.0  # the drafter splits its mass between the two: half of it overlaps
+    half = sum(0.5**k for k in range(1, s + 1))
+    assert float(block_metrics(draft, labels, valid, target_logits=target)["t1_prefix"]) == pytest.approx(2 * half)
+
+
 def test_head_loss_supervises_only_truth_prefix():
     ids = torch.tensor([[[4, 5], [6, 7], [8, 9]]])  # [M=1, S=3, K=2]
     labels = torch.tensor([[5, 1, 9]])  # slot 1 truth not in lattice: slots 1, 2 unsupervised
@@ -497,6 +516,7 @@ def test_learning_curves_log_positions_and_plot(tiny_target_dir, regen_data, tmp
         train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / name, mode, steps=6, val_every=3))
     pts = read_curve(tmp_path / "a-run")
     assert [p["step"] for p in pts] == [3, 6]
+    assert all(1.0 <= p["tau_t1_sampled"] <= 4.0 for p in pts)  # T = 1 estimate on the sampled held-out rows
     assert 0 < pts[0]["positions"] < pts[1]["positions"] <= 6 * 4 * 4 * 3  # steps · batch · anchors · slots
     assert all(0.0 <= p["neighbour_same"] <= 1.0 and p["tau"] >= 1.0 for p in pts)
     png = tmp_path / "curves.png"
@@ -541,6 +561,51 @@ def test_training_vocabulary_is_a_column_subset_of_the_full_logits(tiny_target_d
     torch.testing.assert_close(sub.logits, full.logits[..., sub.vocab])
     # the LiLiCorr objective reads the same subset: a whole step runs and gives a finite loss
     assert torch.isfinite(combine_losses(step(tokens, mask, anchors, valid), cfg))
+
+
+def test_sampled_negatives_estimate_the_full_normaliser(tiny_target_dir, regen_data):
+    """``--train-vocab-negatives R``: each step adds R tokens from outside the kept set (frequent + labels) with
+    logit offset log(rest / R); the offset logits' exp-sum is an unbiased estimate of the full vocabulary's (so
+    the CE and the head's log-prob features see the full normaliser on average), rankings stay raw, and the
+    kept set, labels and anchors are those of the run without negatives."""
+    import math
+
+    from lilicorr.runtime.runtime import TargetRuntime
+    from lilicorr.training.draft import frequent_tokens
+    from lilicorr.training.regenerate import load_regenerated
+
+    cfg = _cfg(tiny_target_dir, regen_data, "unused", "lilicorr", train_vocab=16, train_vocab_negatives=8)
+    target = TargetRuntime.load(tiny_target_dir)
+    model = build_model(cfg, target)
+    step = DraftStep(cfg, target, model)
+    data = load_regenerated(regen_data)
+    tokens, mask = data["tokens"][:4].long(), data["loss_mask"][:4].bool()
+    step.frequent = frequent_tokens(tokens, mask, 16, model.cfg.vocab_size)
+    anchors, valid = sample_anchors(mask, 4, cfg.block_size, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model.eval()
+        full = step.block_pass(tokens, anchors, valid)
+        model.train()
+        sub = step.block_pass(tokens, anchors, valid)
+    kept = torch.unique(torch.cat([step.frequent, full.labels.flatten()]))
+    rest = model.cfg.vocab_size - len(kept)
+    assert len(sub.vocab) == len(kept) + 8 and set(kept.tolist()) <= set(sub.vocab.tolist())
+    negative = ~torch.isin(sub.vocab, kept)
+    assert int(negative.sum()) == 8 and torch.equal(sub.offset[~negative], torch.zeros(len(kept)))
+    torch.testing.assert_close(sub.offset[negative], torch.full((8,), math.log(rest / 8)))
+    assert torch.equal(sub.token_ids(sub.labels), full.labels)
+    torch.testing.assert_close(sub.logits, full.logits[..., sub.vocab])  # raw: the lattice ranks these
+    # unbiased normaliser: the mean over draws of Σ exp(z + offset) is the full Σ exp(z)
+    z = full.logits.float()[:2, :2]  # [2, 2, V] a few slots
+    est = torch.zeros(z.shape[:-1])
+    draws = 3000
+    for _ in range(draws):
+        vocab, offset = step.training_vocab(full.labels)
+        est += torch.exp(z[..., vocab] + offset).sum(-1) / draws
+    torch.testing.assert_close(est, torch.exp(z).sum(-1), rtol=0.05, atol=0.0)
+    assert torch.isfinite(combine_losses(step(tokens, mask, anchors, valid), cfg))
+    with pytest.raises(ValueError, match="train-vocab-negatives"):
+        DraftTrainConfig(target="t", data="d", out="o", mode="dflash", train_vocab_negatives=8).validate()
 
 
 def test_training_vocabulary_is_refused_for_arms():

@@ -38,6 +38,8 @@ def read_curve(run_dir: str | Path) -> list[dict]:
                 # the greedy rows, sampling on the T=1 ones
                 "tau_greedy": val.get("greedy", {}).get("tau_top1_estimate"),
                 "tau_sampled": val.get("sampled", {}).get("tau_top1_estimate"),
+                # T = 1 drafting (sampled from the drafter, rejection-verified), judged on the sampled rows
+                "tau_t1_sampled": val.get("sampled", {}).get("tau_t1_estimate"),
                 # a head trained on a frozen backbone leaves the top-1 τ flat: its curve is the walk's
                 "walk_tau_greedy": (
                     1 + val["greedy"]["walk_prefix"] if val.get("greedy", {}).get("walk_prefix") is not None else None
@@ -76,13 +78,16 @@ def _fmt(x: float | None) -> str:
 def curves_table(runs: list[str | Path]) -> str:
     """A markdown table of the runs: recipe, budget, supervised positions (and per second), and held-out
     τ estimate at the end and at the shortest run's minutes (equal wall time); for runs with a LiLiCorr head,
-    also its walk's τ estimate (all rows at equal time, and the greedy rows at the end)."""
+    also its walk's τ estimate (all rows at equal time, and the greedy rows at the end); where validation measured
+    it, the T = 1 estimate on the sampled rows (``block_metrics``' ``t1_prefix``)."""
     curves = {Path(r).name: read_curve(r) for r in runs}
     common = min((c[-1]["minutes"] for c in curves.values() if c), default=0.0)
     walks = any(p["walk_tau"] is not None for c in curves.values() for p in c)
+    t1 = any(p["tau_t1_sampled"] is not None for c in curves.values() for p in c)
     head = ("| run | data | layers | anchors | train vocab | threads | steps | minutes | positions (M) | positions/s "
             f"| τ est. at {common:.1f} min | final τ est. | greedy / sampled rows "
             + (f"| walk τ at {common:.1f} min | final walk τ, greedy rows " if walks else "")
+            + ("| T=1 τ est., sampled rows " if t1 else "")
             + "| slot-1 acc | neighbour same |")  # fmt: skip
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for run in runs:
@@ -98,6 +103,8 @@ def curves_table(runs: list[str | Path]) -> str:
         if walks:
             eq_walk = _at_minutes(pts, common, "walk_tau") if last["walk_tau"] is not None else None
             walk = f"| {_fmt(eq_walk)} | {_fmt(last['walk_tau_greedy'])} "
+        if t1:
+            walk += f"| {_fmt(last['tau_t1_sampled'])} "
         lines.append(
             f"| {name} | {Path(cfg.get('data', '?')).stem} | {cfg.get('num_layers')} | {cfg.get('anchors')} "
             f"| {cfg.get('train_vocab') or 'all'} | {cfg.get('threads') or 'all'} | {last['step']} "

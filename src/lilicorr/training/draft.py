@@ -19,6 +19,7 @@ processes reproduce one process at the same global batch.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import asdict, replace
@@ -38,7 +39,7 @@ from lilicorr.training.losses import (
     sample_anchors,
 )
 from lilicorr.training.modes import get_mode
-from lilicorr.training.objectives import BlockPass, Objective, vocab_logits
+from lilicorr.training.objectives import BlockPass, Objective, slot_rows, vocab_logits
 from lilicorr.training.regenerate import load_regenerated, rows_of_kind
 from lilicorr.training.run import TrainRun
 
@@ -52,14 +53,29 @@ class DraftStep:
         self.block = model.cfg.block_size
         self.objectives: list[Objective] = get_mode(cfg.mode).objectives(cfg.freeze_backbone, arm)
         self.frequent: torch.Tensor | None = None  # [N] token ids always in the training vocabulary
+        self.negatives = torch.Generator().manual_seed(cfg.seed + 7919)  # its own stream: anchors stay as without
 
-    def training_vocab(self, labels: torch.Tensor) -> torch.Tensor | None:
-        """Sorted token ids the logits are computed over while training: the ``train_vocab`` most frequent
-        answer tokens plus every label of this batch, so each CE is exact over that set. ``None``: the
-        full vocabulary (validation always, so curves measure what the engine drafts)."""
+    def training_vocab(self, labels: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Sorted token ids the logits are computed over while training, and their logit offsets: the
+        ``train_vocab`` most frequent answer tokens plus every label of this batch (offset 0), so each CE is
+        exact over that set, and with ``train_vocab_negatives`` R uniform samples of the other tokens (offset
+        log(others / R): each stands for the others like it, so the normaliser estimates the full one).
+        ``(None, None)``: the full vocabulary (validation always, so curves measure what the engine drafts)."""
         if self.frequent is None or not self.model.training:
-            return None
-        return torch.unique(torch.cat([self.frequent.to(labels.device), labels.flatten()]))  # sorted
+            return None, None
+        kept = torch.unique(torch.cat([self.frequent.to(labels.device), labels.flatten()]))  # sorted
+        r = self.cfg.train_vocab_negatives
+        if not r:
+            return kept, None
+        rest = torch.ones(self.model.cfg.vocab_size, dtype=torch.bool, device=kept.device)
+        rest[kept] = False
+        rest = rest.nonzero().squeeze(1)  # [V − V'] the tokens outside the kept set
+        r = min(r, len(rest))
+        neg = rest[torch.randperm(len(rest), generator=self.negatives)[:r].to(rest.device)]
+        vocab, order = torch.sort(torch.cat([kept, neg]))
+        offset = torch.zeros(len(vocab), device=kept.device)
+        offset[len(kept) :] = math.log(len(rest) / r)
+        return vocab, offset[order]
 
     def block_pass(self, tokens: torch.Tensor, anchors: torch.Tensor, valid: torch.Tensor, feats=None) -> BlockPass:
         """The drafted blocks ``[anchor, MASK × (B−1)]`` at every anchor, in one non-causal pass."""
@@ -88,11 +104,13 @@ class DraftStep:
             hidden = model(emb, bpos, kv, training_block_mask(anchors, t, blk), blk).view(b, n, blk, -1)
             ph = hidden[:, :, 1:]  # [b, n, S, H] pass hidden (after norm)
             labels = block_labels(tokens, anchors, blk).flatten(0, 1)  # [M, S] token ids
-            vocab = self.training_vocab(labels)
+            vocab, offset = self.training_vocab(labels)
             logits = vocab_logits(target, ph, vocab)  # [b, n, S, V], or [b, n, S, V'] over the training vocabulary
             if vocab is not None:
                 labels = torch.searchsorted(vocab, labels)  # ids -> positions in ``vocab``
-        return BlockPass(ph, logits.flatten(0, 1), ctx, final, labels, valid.flatten(), tokens, anchors, blk, vocab)
+        return BlockPass(
+            ph, logits.flatten(0, 1), ctx, final, labels, valid.flatten(), tokens, anchors, blk, vocab, offset
+        )
 
     def __call__(
         self,
@@ -110,7 +128,10 @@ class DraftStep:
             res.update(objective(self, bp, want_metrics))
         ids, walk_ids = res.pop("lattice_ids", None), res.pop("walk_ids", None)
         if want_metrics:
-            res.update({f"m_{k}": v for k, v in block_metrics(bp.logits, bp.labels, bp.valid, ids, walk_ids).items()})
+            # the target's own next-token logits at each slot (teacher forced): T = 1 acceptance of the draft
+            zt = bp.lm_head(self.target, slot_rows(bp.final, bp.anchors, bp.block)).view(*bp.logits.shape)
+            metrics = block_metrics(bp.logits, bp.labels, bp.valid, ids, walk_ids, zt)
+            res.update({f"m_{k}": v for k, v in metrics.items()})
         return res
 
 
@@ -159,6 +180,8 @@ def summarize_metrics(sums: dict[str, torch.Tensor], block: int) -> dict:
         out["in_lattice"] = [round(float(x) / blocks, 4) for x in sums["m_in_lattice"]]
     if "m_walk_prefix" in sums:
         out["walk_prefix"] = round(float(sums["m_walk_prefix"]) / blocks, 4)
+    if "m_t1_prefix" in sums:
+        out["tau_t1_estimate"] = round(1 + float(sums["m_t1_prefix"]) / blocks, 4)
     return out
 
 

@@ -286,6 +286,11 @@ def write_draft_card(
         ),
         f"| steps × batch × anchors | {summary['steps']} × {tc['batch_size']} × {tc['anchors']}"
         + (f"; logits over a {tc['train_vocab']}-token training vocabulary" if tc.get("train_vocab") else "")
+        + (
+            f" + {tc['train_vocab_negatives']} sampled negatives a step (sampled softmax)"
+            if tc.get("train_vocab_negatives")
+            else ""
+        )
         + " |",
         f"| optimiser | AdamW fp32 master weights, lr {tc['lr']}, warm-up {tc['warmup_ratio']}, cosine, clip "
         f"{tc['grad_clip']} ({'backbone and head separately' if tc.get('clip_per_module') else 'one global norm'}), "

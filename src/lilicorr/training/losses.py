@@ -148,8 +148,15 @@ def block_metrics(
     valid: torch.Tensor,
     ids: torch.Tensor | None = None,
     walk_ids: torch.Tensor | None = None,
+    target_logits: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Sums for validation metrics over valid blocks (divide by ``blocks``)."""
+    """Sums for validation metrics over valid blocks (divide by ``blocks``).
+
+    With ``target_logits`` ``[M, S, V]`` (the target's next-token logits at each slot, teacher forced):
+    ``t1_prefix``, the expected accepted prefix of a chain drafted by sampling each slot from the drafter's
+    softmax at T = 1 and verified by rejection sampling, whose slot ``s`` is accepted with probability
+    Σ_v min(p_s(v), q_s(v)). Teacher forcing conditions p on the held-out prefix instead of the drafted one:
+    an estimate for ranking recipes at T = 1 (on sampled rows), as the top-1 prefix is for T = 0."""
     vm = valid.float()
     pred = logits.argmax(-1)  # [M, S]
     top1 = pred == labels  # [M, S]
@@ -166,4 +173,7 @@ def block_metrics(
         out["oracle_prefix"] = prefix.sum(-1).float().sum()
     if walk_ids is not None:
         out["walk_prefix"] = ((walk_ids == labels).long().cumprod(-1).sum(-1).float() * vm).sum()
+    if target_logits is not None:
+        accept = torch.minimum(target_logits.float().softmax(-1), logits.float().softmax(-1)).sum(-1)  # [M, S]
+        out["t1_prefix"] = (accept.cumprod(-1).sum(-1) * vm).sum()
     return out

@@ -31,6 +31,14 @@ class BlockPass:
     anchors: torch.Tensor  # [b, n]
     block: int
     vocab: torch.Tensor | None = None  # [V'] sorted token ids the logits' last axis covers; None: all
+    offset: torch.Tensor | None = None  # [V'] sampled-softmax logit offsets of ``vocab`` (sampled negatives)
+
+    def softmax_logits(self, logits: torch.Tensor | None = None) -> torch.Tensor:
+        """``logits`` (default the drafter's) plus the sampled-negatives offsets: what a softmax or a CE over the
+        training vocabulary reads, so its normaliser estimates the full vocabulary's. Rankings (the top-K
+        lattice) read the raw logits, as the engine does."""
+        logits = self.logits if logits is None else logits
+        return logits if self.offset is None else logits + self.offset.to(logits.dtype)
 
     def token_ids(self, idx: torch.Tensor) -> torch.Tensor:
         """Token ids of logit indices (the identity over the full vocabulary)."""
@@ -82,8 +90,8 @@ class DFlashObjective(Objective):
         if kd > 0:
             with torch.no_grad():
                 zt = bp.lm_head(step.target, slot_rows(bp.final, bp.anchors, bp.block))  # [b, n·S, V']
-                zt = zt.view(*bp.logits.shape)  # [M, S, V']
-        s, d = dflash_loss(bp.logits, bp.labels, bp.valid, step.cfg.gamma, zt, kd)
+                zt = bp.softmax_logits(zt.view(*bp.logits.shape))  # [M, S, V']
+        s, d = dflash_loss(bp.softmax_logits(), bp.labels, bp.valid, step.cfg.gamma, zt, kd)
         return {"dflash_sum": s, "dflash_den": d}
 
 
@@ -114,7 +122,7 @@ class LiLiCorrObjective(Objective):
         with torch.no_grad():
             ids = torch.topk(bp.logits.detach(), model.cfg.lilicorr.candidate_topk, dim=-1).indices  # [M, S, K]
         lf = h_logits.float()
-        lp = lf.gather(-1, ids) - torch.logsumexp(lf, -1, keepdim=True)  # live log-probs
+        lp = lf.gather(-1, ids) - torch.logsumexp(bp.softmax_logits(lf), -1, keepdim=True)  # live log-probs
         emb_c = target.embed_tokens(bp.token_ids(ids)).detach()
         rows = (bp.anchors - 1).clamp_min(0)[..., None].expand(b, n, bp.ctx.shape[-1])
         anchor_rows = torch.gather(h_ctx, 1, rows)
