@@ -107,7 +107,8 @@ ARM="${HCOMMON/--train-vocab 8192/} --freeze-backbone --candidate-topk 8 --arm-r
 {
   [[ $STAGES != *main* ]] || train smollm2-dflash $COMMON --mode dflash
   if [[ $STAGES == *heads* ]]; then
-    train smollm2-dflash-head $HCOMMON $HEAD --mode head --w-distill 0.25
+    # lr 1e-3 for the head alone: walk τ 1.731 against 1.679 at 3e-3 (docs/results/curves-smollm2-head.md)
+    train smollm2-dflash-head $HCOMMON $HEAD --mode head --w-distill 0.25 --lr 1e-3
     train arms/smollm2-dflash2 $ARM --mode dflash2
     train arms/smollm2-dspark $ARM --mode dspark
     train arms/smollm2-domino $ARM --mode domino
