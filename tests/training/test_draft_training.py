@@ -534,14 +534,14 @@ def test_learning_curves_log_positions_and_plot(tiny_target_dir, regen_data, tmp
     assert "| — | — |" in rows[0] and "| — |" not in rows[1] and f"| {walk[-1]['walk_tau_greedy']:.4f} |" in rows[1]
 
 
-def test_training_vocabulary_is_a_column_subset_of_the_full_logits(tiny_target_dir, regen_data):
-    """``--train-vocab``: while training, logits are the full logits' columns at the frequent tokens + the
-    batch's labels, and labels index that subset; in eval (validation) the full vocabulary comes back."""
+def _vocab_passes(tiny_target_dir, regen_data, **kw):
+    """A lilicorr step with a 16-token training vocabulary (and ``kw``), and its block pass over 4 rows in eval
+    (full vocabulary) and in training (the training vocabulary)."""
     from lilicorr.runtime.runtime import TargetRuntime
     from lilicorr.training.draft import frequent_tokens
     from lilicorr.training.regenerate import load_regenerated
 
-    cfg = _cfg(tiny_target_dir, regen_data, "unused", "lilicorr", train_vocab=16)
+    cfg = _cfg(tiny_target_dir, regen_data, "unused", "lilicorr", train_vocab=16, **kw)
     target = TargetRuntime.load(tiny_target_dir)
     model = build_model(cfg, target)
     step = DraftStep(cfg, target, model)
@@ -554,6 +554,13 @@ def test_training_vocabulary_is_a_column_subset_of_the_full_logits(tiny_target_d
         full = step.block_pass(tokens, anchors, valid)
         model.train()
         sub = step.block_pass(tokens, anchors, valid)
+    return cfg, model, step, full, sub, (tokens, mask, anchors, valid)
+
+
+def test_training_vocabulary_is_a_column_subset_of_the_full_logits(tiny_target_dir, regen_data):
+    """``--train-vocab``: while training, logits are the full logits' columns at the frequent tokens + the
+    batch's labels, and labels index that subset; in eval (validation) the full vocabulary comes back."""
+    cfg, model, step, full, sub, (tokens, mask, anchors, valid) = _vocab_passes(tiny_target_dir, regen_data)
     assert full.vocab is None and full.logits.shape[-1] == model.cfg.vocab_size
     assert sub.vocab is not None and len(sub.vocab) < model.cfg.vocab_size
     assert set(step.frequent.tolist()) <= set(sub.vocab.tolist())
@@ -570,23 +577,9 @@ def test_sampled_negatives_estimate_the_full_normaliser(tiny_target_dir, regen_d
     kept set, labels and anchors are those of the run without negatives."""
     import math
 
-    from lilicorr.runtime.runtime import TargetRuntime
-    from lilicorr.training.draft import frequent_tokens
-    from lilicorr.training.regenerate import load_regenerated
-
-    cfg = _cfg(tiny_target_dir, regen_data, "unused", "lilicorr", train_vocab=16, train_vocab_negatives=8)
-    target = TargetRuntime.load(tiny_target_dir)
-    model = build_model(cfg, target)
-    step = DraftStep(cfg, target, model)
-    data = load_regenerated(regen_data)
-    tokens, mask = data["tokens"][:4].long(), data["loss_mask"][:4].bool()
-    step.frequent = frequent_tokens(tokens, mask, 16, model.cfg.vocab_size)
-    anchors, valid = sample_anchors(mask, 4, cfg.block_size, torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        model.eval()
-        full = step.block_pass(tokens, anchors, valid)
-        model.train()
-        sub = step.block_pass(tokens, anchors, valid)
+    cfg, model, step, full, sub, (tokens, mask, anchors, valid) = _vocab_passes(
+        tiny_target_dir, regen_data, train_vocab_negatives=8
+    )
     kept = torch.unique(torch.cat([step.frequent, full.labels.flatten()]))
     rest = model.cfg.vocab_size - len(kept)
     assert len(sub.vocab) == len(kept) + 8 and set(kept.tolist()) <= set(sub.vocab.tolist())
