@@ -22,7 +22,6 @@ from lilicorr.runtime.runtime import TargetRuntime
 from lilicorr.training.draft import Batches, DraftStep, frequent_tokens
 from lilicorr.training.draft_config import DraftTrainConfig
 from lilicorr.training.losses import sample_anchors
-from lilicorr.training.objectives import slot_rows
 
 
 def main() -> None:
@@ -59,14 +58,14 @@ def main() -> None:
                 z = bp.logits.float()[bp.valid]  # [m, S, V]
                 kept = torch.zeros(model.cfg.vocab_size, dtype=torch.bool)
                 kept[torch.unique(torch.cat([frequent, bp.labels.flatten()]))] = True
-                shift.append(torch.logsumexp(z, -1) - torch.logsumexp(z.masked_fill(~kept, -torch.inf), -1))
+                z_kept = z.masked_fill(~kept, -torch.inf)  # what training's softmax sees
+                shift.append(torch.logsumexp(z, -1) - torch.logsumexp(z_kept, -1))
                 top = z.topk(args.topk, -1).indices
-                lattice.append((top != z.masked_fill(~kept, -torch.inf).topk(args.topk, -1).indices).any(-1).float())
+                lattice.append((top != z_kept.topk(args.topk, -1).indices).any(-1).float())
                 argmax.append((~kept[z.argmax(-1)]).float())
                 q = z.softmax(-1)
                 tail += (q * (~kept)).sum((0, 1))
-                zt = rt.lm_head(slot_rows(bp.final, bp.anchors, bp.block).to(rt.lm_head.weight.dtype)).float()
-                p = zt.view(*bp.logits.shape)[bp.valid].softmax(-1)  # the target's distribution at each slot
+                p = bp.target_logits(rt).float()[bp.valid].softmax(-1)  # the target's distribution at each slot
                 cut = q * kept
                 cut = cut / cut.sum(-1, keepdim=True)
                 ov_full.append(torch.minimum(p, q).sum(-1))

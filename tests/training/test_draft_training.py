@@ -597,6 +597,13 @@ def test_sampled_negatives_estimate_the_full_normaliser(tiny_target_dir, regen_d
         est += torch.exp(z[..., vocab] + offset).sum(-1) / draws
     torch.testing.assert_close(est, torch.exp(z).sum(-1), rtol=0.05, atol=0.0)
     assert torch.isfinite(combine_losses(step(tokens, mask, anchors, valid), cfg))
+    # a step's negatives are a function of (seed, step): a resumed run draws what the uncut run drew
+    step.seed_negatives(3)
+    at3 = step.training_vocab(full.labels)[0]
+    step.seed_negatives(4)
+    assert not torch.equal(step.training_vocab(full.labels)[0], at3)
+    step.seed_negatives(3)
+    assert torch.equal(step.training_vocab(full.labels)[0], at3)
     with pytest.raises(ValueError, match="train-vocab-negatives"):
         DraftTrainConfig(target="t", data="d", out="o", mode="dflash", train_vocab_negatives=8).validate()
 

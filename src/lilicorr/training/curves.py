@@ -99,17 +99,17 @@ def curves_table(runs: list[str | Path]) -> str:
         rate = pos / (last["minutes"] * 60) if last["minutes"] else 0.0
         eq = _at_minutes(pts, common)
         split = "—" if last["tau_greedy"] is None else f"{last['tau_greedy']:.4f} / {last['tau_sampled']:.4f}"
-        walk = ""
+        extra = ""  # the optional columns: the head's walk, the T = 1 estimate
         if walks:
             eq_walk = _at_minutes(pts, common, "walk_tau") if last["walk_tau"] is not None else None
-            walk = f"| {_fmt(eq_walk)} | {_fmt(last['walk_tau_greedy'])} "
+            extra = f"| {_fmt(eq_walk)} | {_fmt(last['walk_tau_greedy'])} "
         if t1:
-            walk += f"| {_fmt(last['tau_t1_sampled'])} "
+            extra += f"| {_fmt(last['tau_t1_sampled'])} "
         lines.append(
             f"| {name} | {Path(cfg.get('data', '?')).stem} | {cfg.get('num_layers')} | {cfg.get('anchors')} "
             f"| {cfg.get('train_vocab') or 'all'} | {cfg.get('threads') or 'all'} | {last['step']} "
             f"| {last['minutes']:.1f} | {pos / 1e6:.2f} | {rate:.0f} | {eq:.4f} | {last['tau']:.4f} | {split} "
-            f"{walk}| {last['slot1_acc']:.4f} | {last['neighbour_same']} |"
+            f"{extra}| {last['slot1_acc']:.4f} | {last['neighbour_same']} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -39,7 +39,7 @@ from lilicorr.training.losses import (
     sample_anchors,
 )
 from lilicorr.training.modes import get_mode
-from lilicorr.training.objectives import BlockPass, Objective, slot_rows, vocab_logits
+from lilicorr.training.objectives import BlockPass, Objective, vocab_logits
 from lilicorr.training.regenerate import load_regenerated, rows_of_kind
 from lilicorr.training.run import TrainRun
 
@@ -53,7 +53,13 @@ class DraftStep:
         self.block = model.cfg.block_size
         self.objectives: list[Objective] = get_mode(cfg.mode).objectives(cfg.freeze_backbone, arm)
         self.frequent: torch.Tensor | None = None  # [N] token ids always in the training vocabulary
-        self.negatives = torch.Generator().manual_seed(cfg.seed + 7919)  # its own stream: anchors stay as without
+        self.negatives = torch.Generator()  # its own stream (anchors stay as without), seeded per step
+        self.seed_negatives(0)
+
+    def seed_negatives(self, step: int) -> None:
+        """The sampled negatives of optimiser step ``step`` are a function of (seed, step): a resumed run draws
+        exactly what the uncut run drew, with no generator state to checkpoint."""
+        self.negatives.manual_seed(self.cfg.seed * 1_000_003 + 7919 + step)
 
     def training_vocab(self, labels: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Sorted token ids the logits are computed over while training, and their logit offsets: the
@@ -129,8 +135,7 @@ class DraftStep:
         ids, walk_ids = res.pop("lattice_ids", None), res.pop("walk_ids", None)
         if want_metrics:
             # the target's own next-token logits at each slot (teacher forced): T = 1 acceptance of the draft
-            zt = bp.lm_head(self.target, slot_rows(bp.final, bp.anchors, bp.block)).view(*bp.logits.shape)
-            metrics = block_metrics(bp.logits, bp.labels, bp.valid, ids, walk_ids, zt)
+            metrics = block_metrics(bp.logits, bp.labels, bp.valid, ids, walk_ids, bp.target_logits(self.target))
             res.update({f"m_{k}": v for k, v in metrics.items()})
         return res
 
@@ -337,6 +342,7 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
         anchors, valid = sample_anchors(train_mask[idx], cfg.anchors, step_fn.block, gen)
         sl = slice(rank * per_rank, (rank + 1) * per_rank)
         tk, mk, feats = batches.get(train_rows[idx[sl]], int(anchors.max()) + step_fn.block)  # up to the last block
+        step_fn.seed_negatives(run.step)
         res = step_fn(tk, mk, anchors[sl].to(device), valid[sl].to(device), feats=feats)
         loss = combine_losses(res, cfg)
         opt.zero_grad(set_to_none=True)

@@ -8,7 +8,7 @@ once at construction: no per-step branching on the method.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +32,17 @@ class BlockPass:
     block: int
     vocab: torch.Tensor | None = None  # [V'] sorted token ids the logits' last axis covers; None: all
     offset: torch.Tensor | None = None  # [V'] sampled-softmax logit offsets of ``vocab`` (sampled negatives)
+    _target_logits: torch.Tensor | None = field(default=None, repr=False)
+
+    def target_logits(self, target) -> torch.Tensor:
+        """The target's next-token logits at every slot, ``[M, S, V or V']`` over the drafter logits' vocabulary
+        (row ``p + s`` of its final hidden state predicts slot ``s``), without gradient; computed once per pass
+        for whichever of soft labels, the head's penalty and the validation metrics read them."""
+        if self._target_logits is None:
+            with torch.no_grad():
+                rows = slot_rows(self.final, self.anchors, self.block)  # [b, n·S, H]
+                self._target_logits = self.lm_head(target, rows).view(*self.logits.shape)
+        return self._target_logits
 
     def softmax_logits(self, logits: torch.Tensor | None = None) -> torch.Tensor:
         """``logits`` (default the drafter's) plus the sampled-negatives offsets: what a softmax or a CE over the
@@ -86,11 +97,7 @@ class DFlashObjective(Objective):
 
     def __call__(self, step, bp: BlockPass, want_metrics: bool) -> dict[str, torch.Tensor]:
         kd = step.cfg.kd_weight
-        zt = None
-        if kd > 0:
-            with torch.no_grad():
-                zt = bp.lm_head(step.target, slot_rows(bp.final, bp.anchors, bp.block))  # [b, n·S, V']
-                zt = bp.softmax_logits(zt.view(*bp.logits.shape))  # [M, S, V']
+        zt = bp.softmax_logits(bp.target_logits(step.target)) if kd > 0 else None  # [M, S, V']
         s, d = dflash_loss(bp.softmax_logits(), bp.labels, bp.valid, step.cfg.gamma, zt, kd)
         return {"dflash_sum": s, "dflash_den": d}
 
@@ -130,10 +137,7 @@ class LiLiCorrObjective(Objective):
             scores = model.lilicorr(
                 h_ph.flatten(0, 1), emb_c, lp, anchor_rows.flatten(0, 1), (bp.anchors >= 1).flatten()
             )
-        s = bp.block - 1
-        # the target's logits only where the head loss reads them: lm_head(final hidden) = logits
-        with torch.no_grad():
-            zt = bp.lm_head(target, slot_rows(bp.final, bp.anchors, bp.block)).float().view(b * n, s, -1)
+        zt = bp.target_logits(target).float()  # [M, S, V'] lm_head(final hidden) = the target's logits
         head_sum, head_den = head_loss(scores, ids, bp.labels, zt, bp.valid, cfg.head_weights)
         out = {"head_sum": head_sum, "head_den": head_den, "lattice_ids": ids}
         if want_metrics:
