@@ -3,7 +3,8 @@
 # (8 categories) + HumanEval, round-robin PER_CAT prompts per category, T = 0 and 1, batch 1, in one
 # process beside AR and transformers' generate(). Run it alone on the machine (timings). Resumable. Knobs:
 # PER_CAT (prompts per category; ≥ 4 for the ≥ 32 prompts the drafters issue asks), MAX_NEW, DTYPE, QUANT,
-# EXTRA_DRAFTS, EXTRA_ARMS, OUT, NOTES.
+# EXTRA_DRAFTS, EXTRA_ARMS, ARMS_ONLY (a subset of the arms below, e.g. the selectors on the frozen backbone
+# after a retrain), OUT, PAGE (the results page, default docs/results/smollm2.md), TITLE, NOTES.
 PER_CAT=${PER_CAT:-4}  # 36 prompts
 source "$(dirname "$0")/eval_prompts.sh"
 OUT=${OUT:-runs/bench-smollm2}
@@ -31,11 +32,19 @@ for a in "${ARMS[@]}"; do
   base=${a%%:*}
   case $base in ar|ngram) ONLY+=($a);; *) for d in "${DRAFTS[@]}"; do [ "$(basename $d)" = "$base" ] && ONLY+=($a); done;; esac
 done
+if [ -n "${ARMS_ONLY:-}" ]; then  # keep the listed arms (each must be one this script runs)
+  KEEP=()
+  for a in $ARMS_ONLY; do
+    [[ " ${ONLY[*]} " == *" $a "* ]] || { echo "ARMS_ONLY: $a is not an arm of this script (drafter missing?)"; exit 2; }
+    KEEP+=($a)
+  done
+  ONLY=("${KEEP[@]}")
+fi
 $L bench --target models/smollm2-135m-instruct "${DRAFTS[@]/#/--draft=}" --only "${ONLY[@]}" \
   --prompts data/prompts/eval-mt-bench-humaneval.jsonl --num-prompts $((9 * PER_CAT)) --max-new-tokens $MAX_NEW \
   --temperatures 0 1 --dtype $DTYPE --threads 2 --no-sweep --out "$OUT"
 # the command the page records: the script with the knobs this run was given
 KNOBS=""
-for k in PER_CAT MAX_NEW DTYPE QUANT EXTRA_DRAFTS EXTRA_ARMS; do [ -z "${!k:-}" ] || KNOBS+="$k='${!k}' "; done
-$L report "$OUT/results.json" --out docs/results/smollm2.md --title "Results: SmolLM2-135M-Instruct drafters" \
+for k in PER_CAT MAX_NEW DTYPE QUANT EXTRA_DRAFTS EXTRA_ARMS ARMS_ONLY PAGE TITLE NOTES; do [ -z "${!k:-}" ] || KNOBS+="$k='${!k}' "; done
+$L report "$OUT/results.json" --out ${PAGE:-docs/results/smollm2.md} --title "${TITLE:-Results: SmolLM2-135M-Instruct drafters}" \
   --baseline smollm2-dflash --command "${KNOBS}scripts/bench_smollm2.sh" --notes ${NOTES:-docs/results/smollm2-notes.md}

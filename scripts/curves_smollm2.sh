@@ -4,7 +4,8 @@
 # regenerated data and cached features, and validates on the same held-out rows and blocks.
 #   scripts/curves_smollm2.sh [RUN ...]      (default: all runs below; a finished run is skipped)
 # Then: lilicorr report --curves runs/curves/A runs/curves/B ... --out docs/results/curves-NAME.png
-# Knobs: MINUTES (budget per run, 8), ROWS (training rows of the data, 1024), VAL_DATA and VAL_FEATS (validation
+# Knobs: MINUTES (budget per run, 8), ROWS (training rows of the data, 1024), THREADS (each run's threads, in
+# place of the run's own: two runs side by side at 1 thread each), VAL_DATA and VAL_FEATS (validation
 # file, default the first rows of DATA), DATA and FEATS (the first-turn
 # data and its feature cache; e.g. a file merged from the finished shards of a running data job:
 # `lilicorr data merge data/regen-smollm2/sharegpt.safetensors.shards --out data/regen-smollm2/sharegpt-first-head.safetensors`).
@@ -66,6 +67,11 @@ declare -A RUNS=(
   # the same two ways at the 8 k training vocabulary's price: 4 096 sampled negatives a step (sampled softmax)
   [head-neg4k]="$HEAD --train-vocab-negatives 4096"
   [sparse-g1-neg4k]="$SPARSE --num-layers 1 --train-vocab-negatives 4096"
+  # γ and lr together at a longer budget on the whole greedy set (the 8-minute choice γ = 1, lr 3e-3 was made on
+  # 1 024 rows; a flatter slot weighting or a lower lr may pay only later)
+  [sparse-g1-lr1e-3]="$SPARSE --num-layers 1 --lr 1e-3"
+  [sparse-g4]="$SPARSE --num-layers 1 --gamma 4"
+  [sparse-g4-lr1e-3]="$SPARSE --num-layers 1 --gamma 4 --lr 1e-3"
 )
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(today-d1 fast-d1 dense-fullvocab-d1 fast-d2 fast-d3 fast-d1-fixed fast-d1-tinit fast-d1-lr3e-3
@@ -73,6 +79,7 @@ names=("$@")
 mkdir -p runs/curves
 for name in "${names[@]}"; do
   args=${RUNS[$name]:?unknown run $name}
+  [ -z "${THREADS:-}" ] || args=$(sed -E "s/--threads [0-9]+/--threads $THREADS/" <<< "$args")
   data="--data $DATA --features $FEATS $VAL"
   if [[ $args == *--data-override* ]]; then  # ShareGPT's own answers; validated on the regenerated rows
     args=${args/--data-override/}

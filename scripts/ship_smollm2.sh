@@ -9,13 +9,13 @@
 #   5. ("main") DFlash and co-trained LiLiCorr, and ("conv") co-trained LiLiCorr with DFlash2's grouped dynamic
 #      convolution (--conv-kernel-size 2 --conv-group-size 16, the paper's best row): identical data, steps,
 #      seed and backbone recipe, in parallel, one thread each
-#   6. ("heads") on the frozen smollm2-dflash backbone, HEAD_STEPS each, two at a time: LiLiCorr's head and
+#   6. ("heads") on the frozen smollm2-dflash backbone, HEAD_STEPS each at HEAD_LR, two at a time: LiLiCorr's head and
 #      the comparison arms (DFlash2's selector, DSpark, Domino)
 # The recipe (chosen from the learning curves at equal wall time, docs/results/curves-smollm2.md and
 # curves-smollm2-kd-mix.md): 16 anchors per row, an 8 k training vocabulary, lr 3e-3, slot decay γ = 1, one
 # drafter layer (v2), and since v3 the greedy (T=0) rows only (TRAIN_ROWS; the v2 drafters trained on all rows).
 # Knobs: ROWS (rows of the training file, the first 64 held out), TRAIN_ROWS (greedy: default, a file of the
-# first turns' greedy rows; all: the mixed file, as v2; sampled), STEPS, HEAD_STEPS, OUT (where the drafters
+# first turns' greedy rows; all: the mixed file, as v2; sampled), STEPS, HEAD_STEPS, HEAD_LR, OUT (where the drafters
 # go, default models), REGEN_ENGINE (default vllm), REGEN_DTYPE (bfloat16); STAGES (default
 # "data main conv heads"; "scale" makes the data at scale: all ShareGPT turns, regenerated, and the fixed answers;
 # "first": only what training reads — the first turns, the fixed answers and their merged file, ≈ 80 min with vLLM
@@ -29,7 +29,8 @@ L=.venv/bin/lilicorr
 TARGET=models/smollm2-135m-instruct
 ROWS=${ROWS:-4608}
 STEPS=${STEPS:-3600}
-HEAD_STEPS=${HEAD_STEPS:-600}
+HEAD_STEPS=${HEAD_STEPS:-1200}
+HEAD_LR=${HEAD_LR:-1e-3}
 OUT=${OUT:-models}
 MIXED=data/regen-smollm2/sharegpt-first-fixed.safetensors  # first turns (every other row T=1), then fixed answers
 MIXED_FEATS=data/cache/features-smollm2-first-fixed
@@ -101,17 +102,17 @@ fi
 if [[ $STAGES == *conv* ]]; then
   train smollm2-lilicorr-conv $COMMON $LILI --mode lilicorr --conv-kernel-size 2 --conv-group-size 16 &
 fi
-# the heads start when the DFlash backbone they sit on is trained
-HCOMMON="${COMMON/--steps $STEPS/--steps $HEAD_STEPS} --init $OUT/smollm2-dflash"
+# the heads start when the DFlash backbone they sit on is trained; every selector on the frozen backbone gets the
+# same steps and lr (HEAD_LR: 1e-3, the LiLiCorr head's best at 8 minutes — walk τ 1.731 against 1.679 at 3e-3,
+# docs/results/curves-smollm2-head.md; v3's heads and arms trained 600 steps at 3e-3), in two chains of one thread
+HCOMMON="${COMMON/--steps $STEPS/--steps $HEAD_STEPS} --lr $HEAD_LR --init $OUT/smollm2-dflash"
 ARM="${HCOMMON/--train-vocab 8192/} --freeze-backbone --candidate-topk 8 --arm-rank 64"  # arms: full vocabulary
 {
   [[ $STAGES != *main* ]] || train smollm2-dflash $COMMON --mode dflash
   if [[ $STAGES == *heads* ]]; then
-    # lr 1e-3 for the head alone: walk τ 1.731 against 1.679 at 3e-3 (docs/results/curves-smollm2-head.md)
-    train smollm2-dflash-head $HCOMMON $HEAD --mode head --w-distill 0.25 --lr 1e-3
-    train arms/smollm2-dflash2 $ARM --mode dflash2
-    train arms/smollm2-dspark $ARM --mode dspark
-    train arms/smollm2-domino $ARM --mode domino
+    { train smollm2-dflash-head $HCOMMON $HEAD --mode head --w-distill 0.25; train arms/smollm2-domino $ARM --mode domino; } &
+    { train arms/smollm2-dflash2 $ARM --mode dflash2; train arms/smollm2-dspark $ARM --mode dspark; } &
+    wait
   fi
 } &
 wait
