@@ -5,7 +5,8 @@
 #   scripts/curves_smollm2.sh [RUN ...]      (default: all runs below; a finished run is skipped)
 # Then: lilicorr report --curves runs/curves/A runs/curves/B ... --out docs/results/curves-NAME.png
 # Knobs: MINUTES (budget per run, 8), ROWS (training rows of the data, 1024), THREADS (each run's threads, in
-# place of the run's own: two runs side by side at 1 thread each), VAL_DATA and VAL_FEATS (validation
+# place of the run's own: two runs side by side at 1 thread each), RUNS_DIR (default runs/curves: another keeps
+# a second budget of the same run names apart), VAL_DATA and VAL_FEATS (validation
 # file, default the first rows of DATA), DATA and FEATS (the first-turn
 # data and its feature cache; e.g. a file merged from the finished shards of a running data job:
 # `lilicorr data merge data/regen-smollm2/sharegpt.safetensors.shards --out data/regen-smollm2/sharegpt-first-head.safetensors`).
@@ -76,7 +77,8 @@ declare -A RUNS=(
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(today-d1 fast-d1 dense-fullvocab-d1 fast-d2 fast-d3 fast-d1-fixed fast-d1-tinit fast-d1-lr3e-3
   fast-d1-lr3e-3-g1 sparse-g1)
-mkdir -p runs/curves
+RUNS_DIR=${RUNS_DIR:-runs/curves}
+mkdir -p $RUNS_DIR
 for name in "${names[@]}"; do
   args=${RUNS[$name]:?unknown run $name}
   [ -z "${THREADS:-}" ] || args=$(sed -E "s/--threads [0-9]+/--threads $THREADS/" <<< "$args")
@@ -85,7 +87,7 @@ for name in "${names[@]}"; do
     args=${args/--data-override/}
     data="--data $FIXED --features $FIXED_FEATS --val-data $DATA --val-features $FEATS"
   fi
-  out=runs/curves/$name
+  out=$RUNS_DIR/$name
   [ -f $out/draft/config.json ] && { echo "$name: done"; continue; }
   echo "$name: $args"
   # shellcheck disable=SC2086
