@@ -46,5 +46,6 @@ $L bench --target models/smollm2-135m-instruct "${DRAFTS[@]/#/--draft=}" --only 
 # the command the page records: the script with the knobs this run was given
 KNOBS=""
 for k in PER_CAT MAX_NEW DTYPE QUANT EXTRA_DRAFTS EXTRA_ARMS ARMS_ONLY PAGE TITLE NOTES; do [ -z "${!k:-}" ] || KNOBS+="$k='${!k}' "; done
+[ "$OUT" = runs/bench-smollm2 ] || KNOBS+="OUT='$OUT' "
 $L report "$OUT/results.json" --out ${PAGE:-docs/results/smollm2.md} --title "${TITLE:-Results: SmolLM2-135M-Instruct drafters}" \
   --baseline smollm2-dflash --command "${KNOBS}scripts/bench_smollm2.sh" --notes ${NOTES:-docs/results/smollm2-notes.md}
