@@ -12,10 +12,11 @@
 #   6. ("heads") on the frozen smollm2-dflash backbone, HEAD_STEPS each at HEAD_LR, two at a time: LiLiCorr's head and
 #      the comparison arms (DFlash2's selector, DSpark, Domino)
 # The recipe (chosen from the learning curves at equal wall time, docs/results/curves-smollm2.md and
-# curves-smollm2-kd-mix.md): 16 anchors per row, an 8 k training vocabulary, lr 3e-3, slot decay γ = 1, one
-# drafter layer (v2), and since v3 the greedy (T=0) rows only (TRAIN_ROWS; the v2 drafters trained on all rows).
+# curves-smollm2-kd-mix.md): 16 anchors per row, an 8 k training vocabulary, slot decay γ = 1, one drafter layer
+# (v2), lr 1e-3 since v5 (3e-3 through v4; curves-smollm2-glr.md: 16 minutes on the whole greedy set), and since v3
+# the greedy (T=0) rows only (TRAIN_ROWS; the v2 drafters trained on all rows).
 # Knobs: ROWS (rows of the training file, the first 64 held out), TRAIN_ROWS (greedy: default, a file of the
-# first turns' greedy rows; all: the mixed file, as v2; sampled), STEPS, HEAD_STEPS, HEAD_LR, OUT (where the drafters
+# first turns' greedy rows; all: the mixed file, as v2; sampled), STEPS, LR, GAMMA, HEAD_STEPS, HEAD_LR, OUT (where the drafters
 # go, default models), REGEN_ENGINE (default vllm), REGEN_DTYPE (bfloat16); STAGES (default
 # "data main conv heads"; "scale" makes the data at scale: all ShareGPT turns, regenerated, and the fixed answers;
 # "first": only what training reads — the first turns, the fixed answers and their merged file, ≈ 80 min with vLLM
@@ -29,6 +30,8 @@ L=.venv/bin/lilicorr
 TARGET=models/smollm2-135m-instruct
 ROWS=${ROWS:-4608}
 STEPS=${STEPS:-3600}
+LR=${LR:-1e-3}        # the drafters' (and the co-trained head's) lr: 1e-3 since v5 (docs/results/curves-smollm2-glr.md)
+GAMMA=${GAMMA:-1}
 HEAD_STEPS=${HEAD_STEPS:-1200}
 HEAD_LR=${HEAD_LR:-1e-3}
 OUT=${OUT:-models}
@@ -85,7 +88,7 @@ $L data features --target $TARGET --data $DATA --out $FEATS --max-sequences $ROW
 fi
 
 COMMON="--target $TARGET --data $DATA --features $FEATS --max-sequences $ROWS --steps $STEPS --batch-size 8
-  --anchors 16 --train-vocab 8192 --block-size 8 --num-layers 1 --lr 3e-3 --gamma 1 --seed 0 --threads 1
+  --anchors 16 --train-vocab 8192 --block-size 8 --num-layers 1 --lr $LR --gamma $GAMMA --seed 0 --threads 1
   --train-rows $TRAIN_ROWS $VAL --val-every 200 --checkpoint-minutes 5"
 HEAD="--candidate-topk 8 --head-hidden-size 128 --head-layers 2 --head-heads 4 --factor-dim 64 --logit-scale 8"
 LILI="$HEAD --clip-per-module --head-grad-to-backbone 0.25 --w-distill 0.25"
