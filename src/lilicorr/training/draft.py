@@ -322,7 +322,16 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
     run = TrainRun(
-        run_dir, trainable, opt, gen, cfg.steps, f"train {cfg.mode}", cfg.checkpoint_minutes, resume, is_main=rank == 0
+        run_dir,
+        trainable,
+        opt,
+        gen,
+        cfg.steps,
+        f"train {cfg.mode}",
+        cfg.checkpoint_minutes,
+        resume,
+        is_main=rank == 0,
+        config=asdict(cfg),
     )
     run.event(
         {"event": "start", "config": asdict(cfg), "world": world, "params": sum(p.numel() for p in model.parameters())}

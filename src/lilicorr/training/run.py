@@ -2,6 +2,9 @@
 
 A checkpoint holds the model, the optimiser, the data RNG and the counters, written atomically
 every few minutes, so ``--resume`` continues bit for bit and a crash loses at most those minutes.
+It also holds the run's configuration: ``--resume`` into a run folder that holds *another* run (a new
+drafter on another backbone, say, in the folder of a finished one with the same shapes) is refused with
+the options that differ, instead of silently continuing — or instantly "finishing" — the old run.
 """
 
 from __future__ import annotations
@@ -14,6 +17,32 @@ import torch
 from tqdm import tqdm
 
 from lilicorr.data.atomic import atomic_write
+
+# Options that may change between a run and its resumption: where things are written, how often it checkpoints or
+# validates, the threads and the device, and the length (a cut run resumed with more steps or minutes). Everything
+# else changes what is trained and must match.
+RESUMABLE_CHANGES = frozenset(
+    {
+        "out",
+        "run_dir",
+        "checkpoint_minutes",
+        "val_every",
+        "threads",
+        "device",
+        "features",
+        "val_features",
+        "steps",
+        "max_minutes",
+    }
+)
+
+
+def config_mismatch(saved: dict, current: dict) -> list[str]:
+    """The options (besides ``RESUMABLE_CHANGES``) whose values differ between a checkpoint's run and this one."""
+    keys = sorted((saved.keys() | current.keys()) - RESUMABLE_CHANGES)
+    return [
+        f"{k}: checkpoint {saved.get(k)!r}, this run {current.get(k)!r}" for k in keys if saved.get(k) != current.get(k)
+    ]
 
 
 class TrainRun:
@@ -30,6 +59,7 @@ class TrainRun:
         is_main: bool = True,
         log_every: int = 10,
         extra_state: dict | None = None,
+        config: dict | None = None,
     ):
         self.run_dir, self.model, self.opt, self.gen = Path(run_dir), model, opt, gen
         self.total_steps, self.checkpoint_minutes, self.is_main, self.log_every = (
@@ -41,8 +71,17 @@ class TrainRun:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / "checkpoint.pt"
         self.state: dict = {"step": 0, "elapsed_s": 0.0, "history": [], **(extra_state or {})}
+        self.config = config  # saved with every checkpoint; checked on resume (checkpoints from before: not checked)
         if resume and self.path.exists():
             ck = torch.load(self.path, weights_only=False)
+            if config is not None and ck.get("config") is not None:
+                diff = config_mismatch(ck["config"], config)
+                if diff:
+                    raise ValueError(
+                        f"{self.path}: --resume would continue another run (step {ck['state']['step']}): "
+                        + "; ".join(diff)
+                        + ". Pass another --run-dir, or drop --resume to start this run from scratch there."
+                    )
             model.load_state_dict(ck["model"])
             opt.load_state_dict(ck["opt"])
             gen.set_state(ck["gen"])
@@ -98,6 +137,7 @@ class TrainRun:
                 "opt": self.opt.state_dict(),
                 "gen": self.gen.get_state(),
                 "state": self.state,
+                "config": self.config,
             }
             atomic_write(self.path, lambda p: torch.save(payload, p))
         self.last_ckpt = time.time()

@@ -150,6 +150,7 @@ def train_target(cfg: TargetTrainConfig, resume: bool = False) -> dict:
         resume,
         log_every=20,
         extra_state={"tokens": 0},
+        config=asdict(cfg),
     )
     n_params = sum(p.numel() for p in model.parameters())
     run.event({"event": "start", "config": asdict(cfg), "params": n_params})

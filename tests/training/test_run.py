@@ -1,0 +1,61 @@
+"""``TrainRun``: ``--resume`` continues only the run its folder holds."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lilicorr.training.run import TrainRun
+
+
+def _run(run_dir, config, resume):
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return TrainRun(run_dir, model, opt, torch.Generator(), 4, "test", 60.0, resume, config=config), model
+
+
+def test_resume_refuses_another_runs_checkpoint_and_loads_nothing(tmp_path):
+    config = {"mode": "head", "init": "models/smollm2-dflash", "lr": 1e-3, "steps": 4, "threads": 1, "out": "a"}
+    first, model = _run(tmp_path, config, resume=False)
+    first.finish_step({"loss": 1.0})
+    first.close()
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+
+    # the same run, resumed with more steps, other threads and another output folder: continues
+    again, _ = _run(tmp_path, {**config, "steps": 8, "threads": 2, "out": "b"}, resume=True)
+    assert again.step == 1
+
+    # another backbone and another lr in the same folder: refused, naming both options and both values
+    other = {**config, "init": "runs/v5/smollm2-dflash", "lr": 3e-3}
+    model_b = torch.nn.Linear(3, 2)
+    before = {k: v.clone() for k, v in model_b.state_dict().items()}
+    with pytest.raises(ValueError, match="another run") as err:
+        TrainRun(
+            tmp_path,
+            model_b,
+            torch.optim.AdamW(model_b.parameters()),
+            torch.Generator(),
+            4,
+            "t",
+            60.0,
+            True,
+            config=other,
+        )
+    msg = str(err.value)
+    assert "init: checkpoint 'models/smollm2-dflash', this run 'runs/v5/smollm2-dflash'" in msg
+    assert "lr: checkpoint 0.001, this run 0.003" in msg and "checkpoint.pt" in msg
+    for k, v in model_b.state_dict().items():  # nothing was loaded into the refused run's model
+        assert torch.equal(v, before[k]) and not torch.equal(v, saved[k])
+
+    # without --resume the folder starts over
+    fresh, _ = _run(tmp_path, other, resume=False)
+    assert fresh.step == 0
+
+
+def test_checkpoints_without_a_config_still_resume(tmp_path):
+    """Checkpoints written before the configuration was saved (or by a caller without one) are not checked."""
+    legacy, _ = _run(tmp_path, None, resume=False)
+    legacy.finish_step({"loss": 1.0})
+    legacy.close()
+    resumed, _ = _run(tmp_path, {"lr": 1.0}, resume=True)
+    assert resumed.step == 1
