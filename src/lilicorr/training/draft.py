@@ -321,6 +321,7 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
     params = [p for p in trainable.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
+    config = asdict(cfg)  # checked on resume and logged
     run = TrainRun(
         run_dir,
         trainable,
@@ -331,10 +332,10 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
         cfg.checkpoint_minutes,
         resume,
         is_main=rank == 0,
-        config=asdict(cfg),
+        config=config,
     )
     run.event(
-        {"event": "start", "config": asdict(cfg), "world": world, "params": sum(p.numel() for p in model.parameters())}
+        {"event": "start", "config": config, "world": world, "params": sum(p.numel() for p in model.parameters())}
     )
     step_fn = DraftStep(cfg, target, model, arm)
     if cfg.train_vocab:

@@ -139,6 +139,7 @@ def train_target(cfg: TargetTrainConfig, resume: bool = False) -> dict:
         eps=1e-8,
     )
     gen = torch.Generator().manual_seed(cfg.seed)
+    config = asdict(cfg)  # checked on resume and logged
     run = TrainRun(
         run_dir,
         model,
@@ -150,10 +151,10 @@ def train_target(cfg: TargetTrainConfig, resume: bool = False) -> dict:
         resume,
         log_every=20,
         extra_state={"tokens": 0},
-        config=asdict(cfg),
+        config=config,
     )
     n_params = sum(p.numel() for p in model.parameters())
-    run.event({"event": "start", "config": asdict(cfg), "params": n_params})
+    run.event({"event": "start", "config": config, "params": n_params})
     model.train()
     n_code = round(cfg.batch_size * cfg.code_fraction)
     while not run.done:
