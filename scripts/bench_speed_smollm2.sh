@@ -26,6 +26,7 @@ SWEEP_ARGS=(--sweep-concurrency 1 2 4 8 16 32 --sweep-input-lens 128 1024 --swee
 # the command the page records: the script with the knobs this run was given
 KNOBS=""
 for k in PER_CAT TEMPS SWEEP ONLY_ARMS DTYPE PAGE NOTES VOCABS GATE; do [ -z "${!k:-}" ] || KNOBS+="$k='${!k}' "; done
+[ "$OUT" = runs/bench-speed ] || KNOBS+="OUT='$OUT' "
 $L bench --target models/smollm2-135m-instruct --draft models/$D --draft models/$LL --draft models/$C \
   --only "${ARMS[@]}" --tree-budgets 16 --paired-ar ${VOCABS:+--draft-vocab-sizes $VOCABS} ${GATE:+--with-draft-gate} \
   --prompts data/prompts/eval-mt-bench-humaneval.jsonl --num-prompts $((9 * PER_CAT)) --max-new-tokens $MAX_NEW \
