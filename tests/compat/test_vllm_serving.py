@@ -127,6 +127,22 @@ def _prompt_ids(name: str, tok) -> list[tuple[str, list[int]]]:
     return [(p["id"], tok.encode(p["prompt"], add_special_tokens=False)) for p in test_prompts(corpus, tok, 16, 48)]
 
 
+def _settled_metrics(url: str) -> str:
+    """vLLM's /metrics once its speculative-decoding counters stop moving: its stats reach Prometheus a moment
+    after a response, and a per-request difference must not miss the last step's or count it twice."""
+    import time
+
+    text = httpx.get(url + "/metrics").text
+    for _ in range(50):
+        time.sleep(0.1)
+        again = httpx.get(url + "/metrics").text
+        key = "vllm:spec_decode_num_drafts_total"
+        if _metric(again, key) == _metric(text, key):
+            return again
+        text = again
+    return text
+
+
 def test_vllm_dflash_output_and_tau_match_ours(vllm_server):
     from transformers import AutoTokenizer
 
@@ -147,34 +163,53 @@ def test_vllm_dflash_output_and_tau_match_ours(vllm_server):
     target = TargetRuntime.load(target_dir, dtype=dtype)
     draft = load_draft(draft_dir, target.model.config, dtype=dtype)
     engine = build_engine(target, SpecConfig(num_speculative_tokens=N_SPEC), draft)
-    before = httpx.get(url + "/metrics").text
     mismatches = []
+    # per prompt: (vLLM drafts, vLLM accepted, our drafts, our accepted, texts equal) — requests run one at a time,
+    # so the difference of vLLM's counters around a request is that request's
+    per_prompt: list[tuple[float, float, int, int, bool]] = []
     for pid, ids in prompts:
+        before = _settled_metrics(url)
         r = httpx.post(
             url + "/v1/completions",
             timeout=300,
             json={"model": name, "prompt": ids, "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True},
         ).json()
+        after = _settled_metrics(url)
+        ours_before = (engine.stats.num_drafts, engine.stats.num_accepted_tokens)
         req = Request(ids, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True), eos_ids=frozenset())
         engine.generate([req])
         ours = tok.decode(req.output_ids)
-        if r["choices"][0]["text"] != ours:
+        same = r["choices"][0]["text"] == ours
+        if not same:
             mismatches.append((pid, r["choices"][0]["text"][:80], ours[:80]))
-    after = httpx.get(url + "/metrics").text
-    drafts = _metric(after, "vllm:spec_decode_num_drafts_total") - _metric(before, "vllm:spec_decode_num_drafts_total")
-    acc = _metric(after, "vllm:spec_decode_num_accepted_tokens_total") - _metric(
-        before, "vllm:spec_decode_num_accepted_tokens_total"
-    )
-    tau_vllm = 1 + acc / drafts
+        per_prompt.append(
+            (
+                _metric(after, "vllm:spec_decode_num_drafts_total")
+                - _metric(before, "vllm:spec_decode_num_drafts_total"),
+                _metric(after, "vllm:spec_decode_num_accepted_tokens_total")
+                - _metric(before, "vllm:spec_decode_num_accepted_tokens_total"),
+                engine.stats.num_drafts - ours_before[0],
+                engine.stats.num_accepted_tokens - ours_before[1],
+                same,
+            )
+        )
+    tau_vllm = 1 + sum(p[1] for p in per_prompt) / sum(p[0] for p in per_prompt)
     print(
-        f"tau vLLM {tau_vllm:.4f} ({int(drafts)} drafts), tau lilicorr {engine.stats.tau:.4f} "
-        f"({engine.stats.num_drafts} drafts), text mismatches {len(mismatches)}/{len(prompts)}"
+        f"tau vLLM {tau_vllm:.4f}, tau lilicorr {engine.stats.tau:.4f} ({engine.stats.num_drafts} drafts), "
+        f"text mismatches {len(mismatches)}/{len(prompts)}"
     )
     if name.endswith("-int8"):
         # Measured: in bf16 (which vLLM-CPU's int8 kernel requires) the greedy text differs from our engine's
-        # on some prompts, while the same drafter in fp32 (the smollm2 stack) matches on all; the int8 check
-        # is therefore that vLLM loads and serves the export and accepts like our engine does.
-        assert abs(tau_vllm - engine.stats.tau) / engine.stats.tau < 0.05
+        # on some prompts (3 of 8 with the v5 drafter), while the same drafter in fp32 (the smollm2 stack)
+        # matches on all. Where the texts differ the two stacks drafted along different sequences, so their
+        # acceptance is not comparable there; the check is that vLLM loads and serves the export, agrees on
+        # most prompts, and accepts like our engine on the prompts where both produced the same text.
+        same = [p for p in per_prompt if p[4]]
+        assert len(same) >= len(prompts) // 2, mismatches
+        tau_vllm_same = 1 + sum(p[1] for p in same) / sum(p[0] for p in same)
+        tau_ours_same = 1 + sum(p[3] for p in same) / sum(p[2] for p in same)
+        print(f"on the {len(same)} prompts with the same text: tau vLLM {tau_vllm_same:.4f}, ours {tau_ours_same:.4f}")
+        assert abs(tau_vllm_same - tau_ours_same) / tau_ours_same < 0.05, (tau_vllm_same, tau_ours_same)
         return
     assert not mismatches, mismatches
     assert abs(tau_vllm - engine.stats.tau) / engine.stats.tau < 0.05
