@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -127,17 +128,35 @@ def _prompt_ids(name: str, tok) -> list[tuple[str, list[int]]]:
     return [(p["id"], tok.encode(p["prompt"], add_special_tokens=False)) for p in test_prompts(corpus, tok, 16, 48)]
 
 
+DRAFTS, ACCEPTED = "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_accepted_tokens_total"
+
+
+@dataclass
+class PromptCounts:
+    """One prompt's drafts and accepted tokens in vLLM and in our engine, and whether their texts agree."""
+
+    vllm_drafts: float
+    vllm_accepted: float
+    our_drafts: int
+    our_accepted: int
+    same_text: bool
+
+
+def _taus(counts: list[PromptCounts]) -> tuple[float, float]:
+    """Pooled τ (1 + accepted per draft) of vLLM and of our engine over these prompts."""
+    vllm = 1 + sum(c.vllm_accepted for c in counts) / sum(c.vllm_drafts for c in counts)
+    ours = 1 + sum(c.our_accepted for c in counts) / sum(c.our_drafts for c in counts)
+    return vllm, ours
+
+
 def _settled_metrics(url: str) -> str:
     """vLLM's /metrics once its speculative-decoding counters stop moving: its stats reach Prometheus a moment
     after a response, and a per-request difference must not miss the last step's or count it twice."""
-    import time
-
     text = httpx.get(url + "/metrics").text
     for _ in range(50):
         time.sleep(0.1)
         again = httpx.get(url + "/metrics").text
-        key = "vllm:spec_decode_num_drafts_total"
-        if _metric(again, key) == _metric(text, key):
+        if _metric(again, DRAFTS) == _metric(text, DRAFTS):
             return again
         text = again
     return text
@@ -164,11 +183,9 @@ def test_vllm_dflash_output_and_tau_match_ours(vllm_server):
     draft = load_draft(draft_dir, target.model.config, dtype=dtype)
     engine = build_engine(target, SpecConfig(num_speculative_tokens=N_SPEC), draft)
     mismatches = []
-    # per prompt: (vLLM drafts, vLLM accepted, our drafts, our accepted, texts equal) — requests run one at a time,
-    # so the difference of vLLM's counters around a request is that request's
-    per_prompt: list[tuple[float, float, int, int, bool]] = []
+    counts: list[PromptCounts] = []  # requests run one at a time: vLLM's counter differences are per request
+    before = _settled_metrics(url)
     for pid, ids in prompts:
-        before = _settled_metrics(url)
         r = httpx.post(
             url + "/v1/completions",
             timeout=300,
@@ -182,20 +199,19 @@ def test_vllm_dflash_output_and_tau_match_ours(vllm_server):
         same = r["choices"][0]["text"] == ours
         if not same:
             mismatches.append((pid, r["choices"][0]["text"][:80], ours[:80]))
-        per_prompt.append(
-            (
-                _metric(after, "vllm:spec_decode_num_drafts_total")
-                - _metric(before, "vllm:spec_decode_num_drafts_total"),
-                _metric(after, "vllm:spec_decode_num_accepted_tokens_total")
-                - _metric(before, "vllm:spec_decode_num_accepted_tokens_total"),
+        counts.append(
+            PromptCounts(
+                _metric(after, DRAFTS) - _metric(before, DRAFTS),
+                _metric(after, ACCEPTED) - _metric(before, ACCEPTED),
                 engine.stats.num_drafts - ours_before[0],
                 engine.stats.num_accepted_tokens - ours_before[1],
                 same,
             )
         )
-    tau_vllm = 1 + sum(p[1] for p in per_prompt) / sum(p[0] for p in per_prompt)
+        before = after
+    tau_vllm, tau_ours = _taus(counts)
     print(
-        f"tau vLLM {tau_vllm:.4f}, tau lilicorr {engine.stats.tau:.4f} ({engine.stats.num_drafts} drafts), "
+        f"tau vLLM {tau_vllm:.4f}, tau lilicorr {tau_ours:.4f} ({engine.stats.num_drafts} drafts), "
         f"text mismatches {len(mismatches)}/{len(prompts)}"
     )
     if name.endswith("-int8"):
@@ -204,12 +220,11 @@ def test_vllm_dflash_output_and_tau_match_ours(vllm_server):
         # matches on all. Where the texts differ the two stacks drafted along different sequences, so their
         # acceptance is not comparable there; the check is that vLLM loads and serves the export, agrees on
         # most prompts, and accepts like our engine on the prompts where both produced the same text.
-        same = [p for p in per_prompt if p[4]]
+        same = [c for c in counts if c.same_text]
         assert len(same) >= len(prompts) // 2, mismatches
-        tau_vllm_same = 1 + sum(p[1] for p in same) / sum(p[0] for p in same)
-        tau_ours_same = 1 + sum(p[3] for p in same) / sum(p[2] for p in same)
+        tau_vllm_same, tau_ours_same = _taus(same)
         print(f"on the {len(same)} prompts with the same text: tau vLLM {tau_vllm_same:.4f}, ours {tau_ours_same:.4f}")
         assert abs(tau_vllm_same - tau_ours_same) / tau_ours_same < 0.05, (tau_vllm_same, tau_ours_same)
         return
     assert not mismatches, mismatches
-    assert abs(tau_vllm - engine.stats.tau) / engine.stats.tau < 0.05
+    assert abs(tau_vllm - tau_ours) / tau_ours < 0.05
