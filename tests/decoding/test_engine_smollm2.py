@@ -80,4 +80,10 @@ def test_the_default_configuration_is_lossless_on_smollm2(smollm2):
     engine = build_engine(target, spec, drafts["smollm2-lilicorr"])
     reqs = engine.generate(_reqs(target)[:1]) + engine.generate(_reqs(target)[1:3]) + engine.generate(_reqs(target)[3:])
     assert [r.output_ids for r in reqs] == [r.output_ids for r in ref]
-    assert engine.stats.tau > 1.3, engine.stats.tau
+    # The draft gate decides from this machine's timings how often the drafter runs (where drafting loses it
+    # probes only a few times); with it held open every step drafts, and the trained drafter's trees are accepted.
+    engine = build_engine(target, spec, drafts["smollm2-lilicorr"])
+    engine.gate.should_draft = lambda: True
+    reqs = engine.generate(_reqs(target)[:2]) + engine.generate(_reqs(target)[2:])
+    assert [r.output_ids for r in reqs] == [r.output_ids for r in ref]
+    assert engine.stats.num_paused_steps == 0 and engine.stats.tau > 1.3, engine.stats.tau

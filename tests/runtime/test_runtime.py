@@ -49,6 +49,30 @@ def test_truncate_then_continue_equals_fresh(tiny_target):
     torch.testing.assert_close(out.logits[0], logits[10:], atol=1e-5, rtol=0)
 
 
+def test_tree_step_keeps_its_path_without_holes(tiny_target):
+    """A tree of 5 nodes (root, two children, a grandchild under each): keeping the path root → child 2 →
+    its grandchild leaves a batch-1 cache with no holes (attention stays unmasked), and continuing from it
+    equals a fresh forward of the prompt and the path."""
+    ids = _prompt(16, seed=3)
+    state = tiny_target.new_state(1)
+    tiny_target.forward(state, torch.tensor([ids[:10]]))
+    tokens = torch.tensor([[ids[10], 5, ids[11], 6, ids[12]]])  # nodes 0..4: 1 and 2 under 0, 3 under 1, 4 under 2
+    depth = torch.tensor([[0, 1, 1, 2, 2]])
+    parent = [None, 0, 0, 1, 2]
+    anc = torch.zeros(1, 5, 5, dtype=torch.bool)
+    for i in range(5):
+        j = i
+        while j is not None:
+            anc[0, i, j] = True
+            j = parent[j]
+    tiny_target.forward_tree(state, tokens, depth, anc)
+    tiny_target.keep_new(state, torch.tensor([[True, False, True, False, True]]))
+    assert state.lengths.tolist() == [13] and bool(state.valid.all()) and state.valid.shape[1] == 13
+    out = tiny_target.forward(state, torch.tensor([ids[13:]]))
+    logits, _ = _full_forward(tiny_target, ids)
+    torch.testing.assert_close(out.logits[0], logits[13:], atol=1e-5, rtol=0)
+
+
 def test_batch_of_different_lengths_equals_single_runs(tiny_target):
     prompts = [_prompt(n, seed=n) for n in (5, 13, 9)]
     conts = [_prompt(4, seed=100 + i) for i in range(3)]

@@ -24,7 +24,7 @@ def add_runtime_args(
             "--dtype",
             default=dtype,
             choices=list(dtypes),
-            help="weights (auto: bf16 on CUDA or an AMX-bf16 CPU, else fp32)",
+            help="weights (auto: bf16 on CUDA or a CPU with AMX-bf16 / AVX512-BF16, else fp32)",
         )
     if device is not None:
         g.add_argument(

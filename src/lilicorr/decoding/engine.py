@@ -6,9 +6,12 @@ each row with its own length, acceptance and sampling settings. Invariants per r
 - the target cache holds every committed token except the newest one (``pending``), which has
   been emitted but not yet run through the target;
 - the draft context cache holds the fused target features of exactly those positions
-  (the pending token has no features yet), so its length equals the target's;
+  (the pending token has no features yet), so its length equals the target's — except that the
+  taps of steps the draft gate ran without the drafter wait in ``_deferred`` (one token per row and
+  step) and are fused in one batched pass before the drafter next runs: a paused step then costs what a
+  plain AR step costs;
 - ``anchor`` is the fused feature row of the last accepted position, which the LiLiCorr head uses
-  for its start scores.
+  for its start scores (stale while taps are deferred, set again when they are fused).
 """
 
 from __future__ import annotations
@@ -83,6 +86,8 @@ class SpecEngine:
         self.seqs: list[SeqState] = []
         self.tstate: CacheState | None = None
         self.dcache: DraftContextCache | None = None
+        self._deferred: list[torch.Tensor] = []  # taps [batch, 1, taps] of paused steps, not yet fused
+        self._deferred_start: torch.Tensor | None = None  # [batch] position of the first deferred tap
 
     @property
     def speculative(self) -> bool:
@@ -120,6 +125,7 @@ class SpecEngine:
         if self.tstate is None:
             self.tstate, self.dcache, self.seqs = state, dcache, seqs
         else:
+            self._fuse_deferred()  # the joining rows have no deferred taps: the running ones catch up first
             self.tstate = self.target.concat_states(self.tstate, state)
             if dcache is not None:
                 self.dcache = DraftContextCache.concat(self.dcache, dcache)
@@ -151,11 +157,15 @@ class SpecEngine:
             return
         if not keep:
             self.seqs, self.tstate, self.dcache = [], None, None
+            self._deferred, self._deferred_start = [], None
             return
         rows = torch.tensor(keep)
         self.target.select_rows(self.tstate, rows)
         if self.dcache is not None:
             self.dcache.select_rows(rows)
+        if self._deferred_start is not None:
+            self._deferred = [t[rows] for t in self._deferred]
+            self._deferred_start = self._deferred_start[rows]
         self.seqs = [self.seqs[i] for i in keep]
 
     def _drop_finished(self) -> None:
@@ -177,6 +187,9 @@ class SpecEngine:
         temps = torch.tensor([s.request.params.temperature for s in self.seqs])
         t_draft = time.perf_counter()
         drafting = bool(n) and (self.gate is None or self.gate.should_draft())
+        if drafting and drafted:
+            with self.timer.stage("draft_backbone"):
+                self._fuse_deferred()
         proposal = self._propose(pending, start, temps) if drafting else None
         conf, width = None, None
         if self.adaptive is not None and proposal is not None:
@@ -194,7 +207,10 @@ class SpecEngine:
             self._keep_verified(start, proposal, verdicts)
             if conf is not None:
                 self.adaptive.update(conf, [v.path for v in verdicts], width)
-        if drafted:
+        ctx = None
+        if drafted and proposal is None and not drafting:  # a paused step: one token per row, fused later
+            self._defer(out.taps, start)
+        elif drafted:
             with self.timer.stage("draft_backbone"):
                 ctx = self._extend_draft_context(out.taps, start, verdicts)
         emitted = []
@@ -204,7 +220,7 @@ class SpecEngine:
                 if proposal is not None:
                     s.request.stats.record(proposal.tokens.shape[1], v.accepted)
                     self.stats.record(proposal.tokens.shape[1], v.accepted)
-                if drafted:
+                if ctx is not None:
                     s.anchor = ctx[i, v.accepted]
                 before = len(s.request.output_ids)
                 s.request.commit(v.tokens, self.decode, out.logits[i, v.path])  # token j ← verify position path[j]
@@ -246,6 +262,26 @@ class SpecEngine:
         else:
             accepted = torch.tensor([v.accepted for v in verdicts])
             self.target.truncate(self.tstate, start + 1 + accepted)
+
+    def _defer(self, taps: torch.Tensor, start: torch.Tensor) -> None:
+        """Keep a plain step's taps ``[batch, 1, taps]`` (its one committed token per row) for later fusion."""
+        if self._deferred_start is None:
+            self._deferred_start = start.clone()
+        self._deferred.append(taps[:, :1])
+
+    def _fuse_deferred(self) -> None:
+        """Fuse the deferred taps into the draft context cache in one pass (positions ``start …
+        start + m − 1`` per row: every row committed one token a step) and refresh the anchors."""
+        if self._deferred_start is None:
+            return
+        assert self.dcache is not None
+        taps = torch.cat(self._deferred, 1)  # [batch, m, taps]
+        valid = torch.ones(taps.shape[:2], dtype=torch.bool)
+        chunk, ctx = self._draft_context(taps, self._deferred_start, valid)
+        self.dcache.append(chunk.kv, valid)
+        for i, s in enumerate(self.seqs):
+            s.anchor = ctx[i, -1]
+        self._deferred, self._deferred_start = [], None
 
     def _extend_draft_context(self, taps: torch.Tensor, start: torch.Tensor, verdicts: list[Verdict]):
         """Fuse the taps of each row's accepted path into the draft context cache; returns the fused rows."""

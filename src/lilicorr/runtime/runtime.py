@@ -24,17 +24,21 @@ from lilicorr.runtime.folder import TargetError, check_folder, eos_ids
 
 
 def cpu_has_fast_bf16() -> bool:
-    """Whether this CPU multiplies bf16 natively (AMX-bf16): measured on this project's machines, bf16 is
-    faster than fp32 only there (docs: cpu-measurements)."""
+    """Whether this CPU multiplies bf16 natively: AMX-bf16 (Intel Xeon) or AVX512-BF16 (AMD Zen 4 and later,
+    some Intel). Measured on this project's machines: bf16 runs the shipped speculative default 1.36× faster
+    than plain fp32 decoding on a 2-core AMD EPYC with AVX512-BF16 (fp32 there: 0.96×, plain bf16 ≈ plain fp32;
+    ``benchmarks/dtype_choice.py``, docs/results/smollm2-speed-amd.md) and is faster on AMX; on AMD CPUs
+    without either, bf16 is 1.4–9× slower (docs: cpu-measurements)."""
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
         return False
-    return "amx_bf16" in flags
+    return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
 def resolve_dtype(name: str) -> torch.dtype:
-    """``auto``: bf16 on CUDA or on a CPU with AMX-bf16, else fp32; or an explicit float32 / bfloat16."""
+    """``auto``: bf16 on CUDA or on a CPU with native bf16 (AMX-bf16 or AVX512-BF16), else fp32; or an explicit
+    float32 / bfloat16."""
     if name == "auto":
         return torch.bfloat16 if torch.cuda.is_available() or cpu_has_fast_bf16() else torch.float32
     table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -194,8 +198,21 @@ class TargetRuntime:
         return self._out(out, want_taps)
 
     def keep_new(self, state: CacheState, keep: torch.Tensor) -> None:
-        """Of the last ``keep.shape[1]`` columns keep only those marked (an accepted tree path)."""
+        """Of the last ``keep.shape[1]`` columns keep only those marked (an accepted tree path).
+
+        The kept columns are first moved to the front of that tail, in order (O(n) per layer; the cached keys
+        carry their rotary positions, so a column can move), and the tail's end is cropped: at batch 1 the
+        cache then has no holes, and attention keeps its unmasked path — a hole left by a tree step made every
+        later step of the request ≈ 7 % slower (fp32, 2-core AMD EPYC), plain steps of a paused draft gate
+        included."""
         n = keep.shape[1]
+        order = torch.sort((~keep).long(), dim=1, stable=True).indices  # [batch, n]: kept columns first, in order
+        tail = order.to(self.device)
+        for layer in state.cache.layers:
+            for name in ("keys", "values"):
+                x = getattr(layer, name)  # [batch, kv_heads, cols, d]
+                x[:, :, -n:] = gather_columns(x[:, :, -n:], tail)
+        keep = torch.gather(keep, 1, order)
         state.lengths = state.lengths - n + keep.sum(1)
         state.valid = torch.cat([state.valid[:, :-n], keep], dim=1)
         any_live = state.valid.any(0)
