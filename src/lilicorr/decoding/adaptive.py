@@ -164,36 +164,21 @@ class DraftGate:
 
     ``AdaptiveWidth`` picks a width from predictions (calibrated confidence, a cost curve measured once),
     and it can only choose W = 0 after the drafter has run: where the drafter's own pass costs more than
-    its accepted tokens return (a weak drafter on a CPU, or fp32 verification on a CPU whose multi-token
-    matmuls are slow), every drafting step loses to a plain one. The gate compares what was measured —
-    tokens per second of drafting steps against those of plain steps (running means of tokens and of
-    seconds) — in two regimes:
-
-    - *drafting* (``backoff`` 0): every step drafts while the running drafting rate beats the plain one;
-      when it falls behind, drafting pauses for 1 step, then 2, 4, … up to ``max_pause`` (``unsure_pause``
-      when only the width rule said "no drafts this step"; 1, 4, 16, … while drafting's mean rate is below
-      ``far_behind`` × the plain rate);
-    - *paused* (``backoff`` > 0): after each pause one drafting step — the probe — is judged by its own
-      rate, not the running mean (one lucky probe of a long accepted run would otherwise lift the mean
-      and keep a losing drafter on for several steps, its backoff cleared). A losing probe doubles the
-      pause; a winning one is confirmed by one more drafting step that must beat the plain rate too —
-      a lucky run of accepted drafts rarely comes twice in a row where drafting loses on average — and
-      only then does drafting resume, its running mean restarted from the two.
-
-    The gate starts paused (one plain step first, so a probe has a plain rate to beat): drafting has to
-    prove itself, which keeps a newcomer's first short request on a machine where drafting does not pay
-    from spending its first steps on it. A plain step is also forced after every ``max_pause`` drafting
-    steps, so the plain rate is never stale. Lossless by construction: it decides only whether a step
-    drafts, never what is accepted."""
+    its accepted tokens return (a weak drafter on a CPU), every drafting step loses to a plain one. The
+    gate compares what was measured — tokens per second over the recent steps that ran the drafter
+    against those of plain steps (running means of tokens and of seconds) — and pauses drafting for
+    1, 2, 4, … steps, up to ``max_pause`` while drafting measures slower than plain decoding and up to
+    ``unsure_pause`` when only the width rule said "no drafts this step". The one drafting step
+    between pauses is the probe that notices when drafting pays again; a plain step is forced once at
+    the start and after every ``max_pause`` drafting steps, so the plain rate is never missing or
+    stale. Lossless by construction: it decides only whether a step drafts, never what is accepted."""
 
     max_pause: int = 64
     unsure_pause: int = 8
-    far_behind: float = 0.8  # pauses grow 4× (not 2×) while drafting's mean rate is below this × plain's
     smoothing: float = 0.3  # weight of the newest step in the running means
-    skip: int = 1  # plain steps left before the drafter runs again (the first step is plain)
-    backoff: int = 1  # length of the latest pause; 0 while drafting pays (the drafting regime)
+    skip: int = 0  # plain steps left before the drafter runs again
+    backoff: int = 0  # length of the latest pause (doubles while drafting loses)
     since_plain: int = 0  # drafting steps since the last plain one
-    confirming: list[float] | None = None  # [tokens, seconds] of a winning probe awaiting its confirmation
     # running means [tokens, seconds] of drafting / plain steps, per batch-size bucket (1, 2–3, 4–7, …): a
     # server's batch changes as requests come and go, and a rate is only comparable at the same size
     drafted: dict[int, list[float]] = field(default_factory=dict)
@@ -206,16 +191,11 @@ class DraftGate:
             return False
         return True
 
-    @property
-    def paused(self) -> bool:
-        """In the paused regime: drafting runs only as probes between pauses."""
-        return self.backoff > 0
-
     @staticmethod
     def _bucket(batch: int) -> int:
         return 1 << (max(batch, 1).bit_length() - 1)
 
-    def _mean(self, means: dict[int, list[float]], batch: int, tokens: float, seconds: float) -> None:
+    def _mean(self, means: dict[int, list[float]], batch: int, tokens: int, seconds: float) -> None:
         acc = means.setdefault(self._bucket(batch), [])
         if not acc:
             acc.extend([float(tokens), seconds])
@@ -228,16 +208,6 @@ class DraftGate:
         acc = (self.drafted if drafted else self.plain).get(self._bucket(batch))
         return acc[0] / max(acc[1], 1e-9) if acc else None
 
-    def _pause(self, limit: int, batch: int = 1) -> None:
-        """Pause drafting, twice as long as last time — four times while drafting's running mean (losing
-        probes included) is below ``far_behind`` × the plain rate: a drafter that loses by that much on
-        average is not about to win, and each probe costs a losing step."""
-        plain, spec = self.rate(False, batch), self.rate(True, batch)
-        grow = 4 if plain is not None and spec is not None and spec < self.far_behind * plain else 2
-        self.confirming = None
-        self.backoff = min(grow * self.backoff or 1, limit)
-        self.skip = self.backoff
-
     def record(self, drafted: bool, seconds: float, tokens: int, chose_none: bool = False, batch: int = 1) -> None:
         """One finished step: did the drafter run, its wall time, tokens emitted over the batch, whether
         the width rule chose no drafts after all, and the batch size."""
@@ -245,32 +215,14 @@ class DraftGate:
             self._mean(self.plain, batch, tokens, seconds)
             self.since_plain = 0
             return
-        self.since_plain += 1
-        plain = self.rate(False, batch)
-        if chose_none:
-            self._mean(self.drafted, batch, tokens, seconds)
-            self._pause(self.unsure_pause, batch)
-            return
-        if plain is None:  # no plain step at this batch size yet: measure one, then judge
-            self._mean(self.drafted, batch, tokens, seconds)
-            self.skip = 1
-            return
-        if self.paused:  # a probe, or its confirmation: each judged by its own rate
-            if tokens / max(seconds, 1e-9) < plain:
-                if self.confirming is not None:  # the winning probe before this step counts in the mean too
-                    self._mean(self.drafted, batch, *self.confirming)
-                self._mean(self.drafted, batch, tokens, seconds)
-                self._pause(self.max_pause, batch)
-            elif self.confirming is None:
-                self.confirming = [float(tokens), seconds]  # draft once more before resuming
-            else:  # confirmed: the drafting regime, its running mean restarted from the two steps
-                probe = self.confirming
-                self.drafted[self._bucket(batch)] = [(probe[0] + tokens) / 2, (probe[1] + seconds) / 2]
-                self.backoff, self.confirming = 0, None
-            return
         self._mean(self.drafted, batch, tokens, seconds)
-        spec = self.rate(True, batch)
-        if spec is not None and spec < plain:
-            self._pause(self.max_pause, batch)
-        elif self.since_plain >= self.max_pause:
-            self.skip = 1  # refresh the plain rate
+        self.since_plain += 1
+        plain, spec = self.rate(False, batch), self.rate(True, batch)
+        slower = plain is not None and spec is not None and spec < plain
+        if slower or chose_none:
+            self.backoff = min(2 * self.backoff or 1, self.max_pause if slower else self.unsure_pause)
+            self.skip = self.backoff
+        else:
+            self.backoff = 0
+            if plain is None or self.since_plain >= self.max_pause:
+                self.skip = 1  # measure (or refresh) the plain rate
