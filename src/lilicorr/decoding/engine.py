@@ -208,7 +208,7 @@ class SpecEngine:
             if conf is not None:
                 self.adaptive.update(conf, [v.path for v in verdicts], width)
         ctx = None
-        if drafted and proposal is None and not drafting:  # a paused step: one token per row, fused later
+        if drafted and not drafting:  # a paused step: one token per row, fused later
             self._defer(out.taps, start)
         elif drafted:
             with self.timer.stage("draft_backbone"):
