@@ -161,3 +161,29 @@ def test_lilicorr_with_dflash2_convolution_trains_and_reloads(tiny_target_dir, r
     model = load_draft(tmp_path / "conv")
     assert model.cfg.conv_kernel_size == 2 and model.cfg.conv_group_size == 16 and model.is_lilicorr
     assert any("conv" in k for k in model.state_dict())
+
+
+def test_an_extraction_that_would_fill_the_disk_is_refused_before_it_starts(
+    tiny_target_dir, regen_data, tmp_path, monkeypatch
+):
+    """The missing shards' bytes are checked against the free disk first: refused with the sizes and the
+    --max-sequences that fits, nothing written; shards already made are not counted again."""
+    import collections
+    import shutil
+
+    from lilicorr.training import features
+
+    cache = tmp_path / "feats"
+    extract_features(str(tiny_target_dir), str(regen_data), str(cache), [0, 2], shard_size=16, max_sequences=16)
+    one_shard = (cache / "00000.safetensors").stat().st_size
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(0, 0, one_shard))  # room for about one shard
+    with pytest.raises(OSError, match=r"GiB more for \d+ rows.*--max-sequences 16 fits"):
+        extract_features(str(tiny_target_dir), str(regen_data), str(cache), [0, 2], shard_size=16)
+    assert [p.name for p in cache.glob("*.safetensors")] == ["00000.safetensors"]  # nothing new, nothing lost
+    data = load_file(str(regen_data))
+    tokens, mask = data["tokens"], data["loss_mask"].bool()
+    width = 3 * 64 * 2  # two taps + final, H 64, bf16
+    rest = features.check_disk(cache, tokens, mask, 16, len(tokens), True, width, free=10**12)
+    everything = features.check_disk(tmp_path, tokens, mask, 16, len(tokens), True, width, free=10**12)
+    assert 0 < rest < everything and everything - rest == int(features.row_lengths(mask[:16]).sum()) * width

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -106,6 +107,8 @@ def extract_features(
     wanted = min(len(tokens), max_sequences) if max_sequences > 0 else len(tokens)
     n_shards = (wanted + shard_size - 1) // shard_size
     store_dtype = getattr(torch, dtype)  # bf16 halves the cache; fp32 keeps online training bit-comparable
+    width = (len(layer_ids) + 1) * target.hidden_size  # taps + final per stored position
+    check_disk(out, tokens, mask, shard_size, wanted, packed, width * store_dtype.itemsize)
     log_path = out / "extraction.json"  # per shard: positions, seconds, bytes (the rate and disk use reported)
     log = json.loads(log_path.read_text()) if log_path.exists() else {}  # shard name -> its entry
     t0 = time.time()
@@ -134,6 +137,32 @@ def extract_features(
         atomic_write_text(out / "extraction.json", json.dumps(log, indent=1) + "\n")
         t0 = time.time()
     return {**meta, **extraction_report(out)}
+
+
+def check_disk(
+    out: Path,
+    tokens: torch.Tensor,
+    mask: torch.Tensor,
+    shard_size: int,
+    wanted: int,
+    packed: bool,
+    bytes_per_position: int,
+    free: int | None = None,
+) -> int:
+    """Refuse, before the first forward, an extraction whose missing shards will not fit on ``out``'s disk
+    (a full disk would stop it hours in, after filling the disk for every other job); the message names the
+    sizes and the ``--max-sequences`` that would fit. Returns the bytes still to write."""
+    lens = row_lengths(mask[:wanted]) if packed else torch.full((wanted,), tokens.shape[1])  # [wanted]
+    todo = [si for si in range((wanted + shard_size - 1) // shard_size) if not (out / f"{si:05d}.safetensors").exists()]
+    need = sum(int(lens[si * shard_size : (si + 1) * shard_size].sum()) for si in todo) * bytes_per_position
+    free = shutil.disk_usage(out).free if free is None else free
+    if need > free:
+        fits = int((lens.cumsum(0) * bytes_per_position <= free).sum())  # rows that fit from scratch (at least)
+        raise OSError(
+            f"{out}: the feature cache needs {need / 2**30:.1f} GiB more for {wanted} rows, the disk has "
+            f"{free / 2**30:.1f} GiB free; free space, or extract fewer rows (--max-sequences {fits // shard_size * shard_size} fits)"
+        )
+    return need
 
 
 def extraction_report(folder: str | Path) -> dict:
