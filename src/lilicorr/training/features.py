@@ -158,9 +158,10 @@ def check_disk(
     free = shutil.disk_usage(out).free if free is None else free
     if need > free:
         fits = int((lens.cumsum(0) * bytes_per_position <= free).sum())  # rows that fit from scratch (at least)
+        fits = fits // shard_size * shard_size
         raise OSError(
             f"{out}: the feature cache needs {need / 2**30:.1f} GiB more for {wanted} rows, the disk has "
-            f"{free / 2**30:.1f} GiB free; free space, or extract fewer rows (--max-sequences {fits // shard_size * shard_size} fits)"
+            f"{free / 2**30:.1f} GiB free; free space, or extract fewer rows (--max-sequences {fits} fits)"
         )
     return need
 
