@@ -66,3 +66,26 @@ def test_merge_keeps_only_greedy_or_sampled_rows_in_order(tmp_path, capsys):
     none = tmp_path / "none.safetensors"
     assert main(["data", "merge", str(only_greedy), "--rows", "sampled", "--out", str(none)]) == 2
     assert "none of the 5 rows" in capsys.readouterr().err and not none.exists()
+
+
+def test_merge_drops_other_answers_and_later_turns_of_held_out_prompts(tmp_path, capsys):
+    """--held-out F: a row whose prompt equals or continues one of F's first rows' prompts is not trained on;
+    a row that merely shares tokens after its own prompt start, or a shorter prompt, is kept."""
+    held = _data(3, 8, 1000)  # prompts: the first 4 columns of each row
+    save_file(held, str(tmp_path / "held.safetensors"))
+    other = _data(5, 12, 5000)
+    other["tokens"][0, :4] = held["tokens"][1, :4]  # the same prompt, answered otherwise: dropped
+    other["tokens"][1, :4] = held["tokens"][2, :4]  # a later turn: the held-out prompt, then more context
+    other["loss_mask"][1, :] = False
+    other["loss_mask"][1, 9:] = True
+    other["tokens"][2, :3] = held["tokens"][0, :3]  # only a prefix of a held-out prompt: kept
+    other["tokens"][3, 6:10] = held["tokens"][0, :4]  # a held-out prompt inside an answer: kept
+    save_file(other, str(tmp_path / "other.safetensors"))
+    out = tmp_path / "m.safetensors"
+    args = ["data", "merge", str(tmp_path / "other.safetensors"), "--out", str(out)]
+    assert main([*args, "--held-out", str(tmp_path / "held.safetensors"), "--held-out-rows", "3"]) == 0
+    assert torch.equal(load_regenerated(out)["tokens"], other["tokens"][2:])
+    meta = json.loads((tmp_path / "m.safetensors.json").read_text())
+    assert meta["held_out"]["dropped"] == 2 and meta["sequences"] == 3
+    assert main([*args, "--held-out", str(tmp_path / "held.safetensors"), "--held-out-rows", "1"]) == 0
+    assert len(load_regenerated(out)["tokens"]) == 5  # only row 0's prompt held out: no row starts with it

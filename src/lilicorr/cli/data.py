@@ -73,7 +73,7 @@ def _merge(args: argparse.Namespace) -> int:
     from lilicorr.training.merge import merge_data
 
     try:
-        meta = merge_data(args.inputs, args.out, args.rows)
+        meta = merge_data(args.inputs, args.out, args.rows, args.held_out, args.held_out_rows)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -157,6 +157,9 @@ def register(sub) -> None:
     s.add_argument("inputs", nargs="+", help="data files of `data regenerate`, or shard folders (finished shards)")
     s.add_argument("--out", required=True)
     s.add_argument("--rows", default="all", choices=ROW_KINDS, help="keep only these rows (default: all)")
+    s.add_argument("--held-out", help="drop rows whose prompt starts with a prompt of this file's first rows "
+                   "(the validation rows of `train draft --val-data`: other answers, later turns)")  # fmt: skip
+    s.add_argument("--held-out-rows", type=int, default=64, help="how many first rows of --held-out (default 64)")
     s.set_defaults(func=_merge)
 
     s = data.add_parser(

@@ -41,10 +41,37 @@ def read_input(path: Path) -> tuple[dict[str, torch.Tensor], list[dict]]:
     return data, [{"file": str(f), "sha256": file_sha(f)} for f in files]
 
 
-def merge_data(inputs: list[str | Path], out: str | Path, rows: str = "all") -> dict:
+def prompt_lengths(loss_mask: torch.Tensor) -> torch.Tensor:
+    """Per row, the columns before its first supervised one: the templated prompt (the whole row if none). ``[rows]``"""
+    has = loss_mask.any(1)
+    return torch.where(has, loss_mask.int().argmax(1), torch.full_like(has, loss_mask.shape[1], dtype=torch.long))
+
+
+def rows_continuing(tokens: torch.Tensor, loss_mask: torch.Tensor, held: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Rows whose prompt starts with one of ``held``'s prompts: the same prompt answered otherwise (fixed
+    answers), or a later turn of the same conversation (its prompt holds the held-out turn and an answer to it).
+    ``[rows]`` bool."""
+    lens, held_lens = prompt_lengths(loss_mask), prompt_lengths(held["loss_mask"])
+    hit = torch.zeros(len(tokens), dtype=torch.bool)
+    for h, n in zip(held["tokens"], held_lens.tolist(), strict=True):
+        if n <= tokens.shape[1]:
+            hit |= (lens >= n) & (tokens[:, :n] == h[:n]).all(1)
+    return hit
+
+
+def merge_data(
+    inputs: list[str | Path],
+    out: str | Path,
+    rows: str = "all",
+    held_out: str | Path | None = None,
+    held_out_rows: int = 64,
+) -> dict:
     """Concatenate ``inputs`` (rows in input order) into ``out``, right-padded to the longest row length;
     ``rows`` keeps only the greedy (``sampled`` False) or sampled rows — a drafter trained on greedy rows needs
-    target features for those alone, half the extraction of the mixed file."""
+    target features for those alone, half the extraction of the mixed file. ``held_out``: drop every row whose
+    prompt starts with the prompt of one of that file's first ``held_out_rows`` rows (the rows a trainer's
+    ``--val-data`` validates on), so that no other answer to a held-out prompt, and no later turn of a held-out
+    conversation, is trained on."""
     if not inputs:
         raise ValueError("nothing to merge: give one or more data files or shard folders")
     out = Path(out)
@@ -62,6 +89,12 @@ def merge_data(inputs: list[str | Path], out: str | Path, rows: str = "all") -> 
         merged[k] = torch.cat([torch.nn.functional.pad(d[k], (0, length - d[k].shape[1])) for d in datas])
     merged["sampled"] = torch.cat([d["sampled"] for d in datas])
     total = len(merged["tokens"])
+    dropped = 0
+    if held_out is not None:
+        held = {k: v[:held_out_rows] for k, v in load_regenerated(held_out).items() if k in ("tokens", "loss_mask")}
+        hit = rows_continuing(merged["tokens"].long(), merged["loss_mask"].bool(), {k: held[k].long() for k in held})
+        dropped = int(hit.sum())
+        merged = {k: v[~hit] for k, v in merged.items()}
     if rows != "all":
         keep = rows_of_kind(merged["sampled"], rows)  # [rows]
         if not bool(keep.any()):
@@ -74,6 +107,7 @@ def merge_data(inputs: list[str | Path], out: str | Path, rows: str = "all") -> 
         "answer_tokens": int(merged["loss_mask"].sum()),
         "sha256_16": file_sha(out)[:16],
         **({"rows": rows, "rows_of_inputs": total} if rows != "all" else {}),
+        **({"held_out": {"file": str(held_out), "rows": held_out_rows, "dropped": dropped}} if held_out else {}),
         "inputs": sources,
     }
     atomic_write_text(out.with_suffix(out.suffix + ".json"), json.dumps(meta, indent=2) + "\n")
