@@ -16,7 +16,8 @@
 # (v2), lr 1e-3 since v5 (3e-3 through v4; curves-smollm2-glr.md: 16 minutes on the whole greedy set), and since v3
 # the greedy (T=0) rows only (TRAIN_ROWS; the v2 drafters trained on all rows).
 # Knobs: ROWS (rows of the training file, the first 64 held out), TRAIN_ROWS (greedy: default, a file of the
-# first turns' greedy rows; all: the mixed file, as v2; sampled), STEPS, LR, GAMMA, HEAD_STEPS, HEAD_LR, OUT (where the drafters
+# first turns' greedy rows; all: the mixed file, as v2; sampled; greedy-fixed: the greedy first turns and ShareGPT's
+# own answers, minus every row whose prompt is a validation prompt — `data merge --held-out`), STEPS, LR, GAMMA, HEAD_STEPS, HEAD_LR, OUT (where the drafters
 # go, default models), REGEN_ENGINE (default vllm), REGEN_DTYPE (bfloat16); STAGES (default
 # "data main conv heads"; "scale" makes the data at scale: all ShareGPT turns, regenerated, and the fixed answers;
 # "first": only what training reads — the first turns, the fixed answers and their merged file, ≈ 80 min with vLLM
@@ -38,6 +39,7 @@ OUT=${OUT:-models}
 MIXED=data/regen-smollm2/sharegpt-first-fixed.safetensors  # first turns (every other row T=1), then fixed answers
 MIXED_FEATS=data/cache/features-smollm2-first-fixed
 TRAIN_ROWS=${TRAIN_ROWS:-greedy}
+ROW_KIND=${TRAIN_ROWS%-fixed}  # what the trainer's --train-rows keeps (fixed answers count as greedy rows)
 if [[ $TRAIN_ROWS == all ]]; then  # the v2 drafters: the mixed file's first ROWS rows, validated on its first 64
   DATA=$MIXED FEATS=$MIXED_FEATS VAL=""
 else  # a file of the first turns' greedy (or sampled) rows alone, so features are extracted for those only;
@@ -82,14 +84,19 @@ $L data merge data/regen-smollm2/sharegpt-first.safetensors data/regen-smollm2/s
 fi
 if [[ $STAGES == *data* ]]; then
 [ -f $MIXED ] || { echo "$MIXED missing: make it first with STAGES=first (its first turns and fixed answers; STAGES=scale also answers the later turns)"; exit 2; }
-[ -f $DATA ] || $L data merge data/regen-smollm2/sharegpt-first.safetensors --rows $TRAIN_ROWS --out $DATA
+if [[ $TRAIN_ROWS == *-fixed ]]; then
+  [ -f $DATA ] || $L data merge data/regen-smollm2/sharegpt-first.safetensors data/regen-smollm2/sharegpt-fixed.safetensors \
+    --rows $ROW_KIND --held-out $MIXED --out $DATA
+else
+  [ -f $DATA ] || $L data merge data/regen-smollm2/sharegpt-first.safetensors --rows $TRAIN_ROWS --out $DATA
+fi
 $L data features --target $TARGET --data $DATA --out $FEATS --max-sequences $ROWS --threads 2
 [ -z "$VAL" ] || $L data features --target $TARGET --data $MIXED --out $MIXED_FEATS --max-sequences 64 --threads 2
 fi
 
 COMMON="--target $TARGET --data $DATA --features $FEATS --max-sequences $ROWS --steps $STEPS --batch-size 8
   --anchors 16 --train-vocab 8192 --block-size 8 --num-layers 1 --lr $LR --gamma $GAMMA --seed 0 --threads 1
-  --train-rows $TRAIN_ROWS $VAL --val-every 200 --checkpoint-minutes 5"
+  --train-rows $ROW_KIND $VAL --val-every 200 --checkpoint-minutes 5"
 HEAD="--candidate-topk 8 --head-hidden-size 128 --head-layers 2 --head-heads 4 --factor-dim 64 --logit-scale 8"
 LILI="$HEAD --clip-per-module --head-grad-to-backbone 0.25 --w-distill 0.25"
 train() {  # NAME ARGS...: train OUT/NAME unless it is there (resumes its run folder runs/train/NAME)
