@@ -73,6 +73,12 @@ declare -A RUNS=(
   [sparse-g1-lr1e-3]="$SPARSE --num-layers 1 --lr 1e-3"
   [sparse-g4]="$SPARSE --num-layers 1 --gamma 4"
   [sparse-g4-lr1e-3]="$SPARSE --num-layers 1 --gamma 4 --lr 1e-3"
+  # the data question (v6): the v5 recipe on the greedy first turns alone against the same rows and ShareGPT's own
+  # answers, from one file (DATA=data/regen-smollm2/sharegpt-first-greedy-fixed.safetensors, FEATS its cache, VAL_DATA
+  # the mixed file, as `TRAIN_ROWS=greedy-fixed scripts/ship_smollm2.sh` makes them); its first GREEDY_ROWS rows are
+  # the greedy first turns (the greedy rows of sharegpt-first less those `merge --held-out` dropped)
+  [v5-greedy]="$SPARSE --num-layers 1 --lr 1e-3 --max-sequences ${GREEDY_ROWS:-4267}"
+  [v5-greedy-fixed]="$SPARSE --num-layers 1 --lr 1e-3 --max-sequences 1000000"
 )
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(today-d1 fast-d1 dense-fullvocab-d1 fast-d2 fast-d3 fast-d1-fixed fast-d1-tinit fast-d1-lr3e-3
