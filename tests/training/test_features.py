@@ -187,3 +187,33 @@ def test_an_extraction_that_would_fill_the_disk_is_refused_before_it_starts(
     rest = features.check_disk(cache, tokens, mask, 16, len(tokens), True, width, free=10**12)
     everything = features.check_disk(tmp_path, tokens, mask, 16, len(tokens), True, width, free=10**12)
     assert 0 < rest < everything and everything - rest == int(features.row_lengths(mask[:16]).sum()) * width
+
+
+def test_fp8_cache_holds_the_bf16_features_within_fp8_precision_at_half_the_bytes(
+    tiny_target_dir, regen_data, tmp_path
+):
+    """--dtype float8_e4m3fn: one byte a value and per-channel scales; read back as bf16 within fp8's relative
+    precision of the bf16 cache (channel by channel, also for a channel far larger than the rest), and trainable."""
+    from lilicorr.training.features import dequantize_fp8, quantize_fp8
+
+    bf16, fp8 = tmp_path / "bf16", tmp_path / "fp8"
+    extract_features(str(tiny_target_dir), str(regen_data), str(bf16), [0, 2], shard_size=16)
+    meta = extract_features(
+        str(tiny_target_dir), str(regen_data), str(fp8), [0, 2], shard_size=16, dtype="float8_e4m3fn"
+    )
+    assert 0.45 < meta["disk_bytes"] / extract_features(str(tiny_target_dir), str(regen_data), str(bf16), [0, 2],
+                                                        shard_size=16)["disk_bytes"] < 0.6  # fmt: skip
+    idx = torch.tensor([0, 5, 17, 39])
+    (tb, fb), (tq, fq) = FeatureStore(bf16).get(idx), FeatureStore(fp8).get(idx)
+    assert tq.dtype == fq.dtype == torch.bfloat16 and tq.shape == tb.shape and fq.shape == fb.shape
+    for want, got in ((tb.float(), tq.float()), (fb.float(), fq.float())):
+        err = (got - want).abs()
+        assert float(err.max()) <= 0.07 * float(want.abs().max()) and float(err.mean()) <= 0.04 * float(
+            want.abs().mean()
+        )
+    x = torch.randn(64, 8)
+    x[:, 3] *= 1000  # a massive channel keeps the others' precision
+    back = dequantize_fp8(*quantize_fp8(x)).float()
+    assert ((back - x).abs() <= 0.07 * x.abs() + 1e-3).all()
+    train_draft(replace(_cfg(tiny_target_dir, regen_data, tmp_path / "run", "dflash", features=str(fp8)), bf16=True))
+    assert [r["step"] for r in _log(tmp_path / "run-run") if "val" in r][-1] == 6

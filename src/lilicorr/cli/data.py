@@ -187,5 +187,6 @@ def register(sub) -> None:
     s.add_argument(
         "--max-sequences", type=int, default=0, help="only the shards covering the first N rows (0: all); extendable"
     )
-    add_runtime_args(s, dtype="bfloat16", dtypes=("float32", "bfloat16"))
+    # float8_e4m3fn: the target computes in bf16 and the cache stores 1 byte a value with per-channel scales
+    add_runtime_args(s, dtype="bfloat16", dtypes=("float32", "bfloat16", "float8_e4m3fn"))
     s.set_defaults(func=_features)

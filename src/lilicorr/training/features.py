@@ -10,7 +10,8 @@ loss needs them (``lm_head(final) == logits``, which the trainer's online path r
 
 Layout: ``DIR/meta.json`` plus shards ``DIR/NNNNN.safetensors`` of ``shard_size`` sequences each,
 ``taps`` and ``final`` (``[Σ rows' lengths, len(layer_ids)·H]`` and ``[Σ, H]``, bf16 by default) with
-``offsets [n + 1]``: rows packed back to back, each up to its own last supervised column (layout
+``offsets [n + 1]`` (``--dtype float8_e4m3fn``: fp8 ``taps``/``final`` and their per-channel fp32 ``taps_scale`` /
+``final_scale``, read back as bf16): rows packed back to back, each up to its own last supervised column (layout
 ``packed``; caches from before it hold ``[n, L, ·]`` padded to the data's longest supervised prefix ``L``).
 Shards are written atomically, so an interrupted extraction resumes;
 ``extraction.json`` logs each shard's positions, seconds and bytes (``extraction_report``: disk use, positions/s).
@@ -49,6 +50,23 @@ def supervised_length(loss_mask: torch.Tensor) -> int:
     return int(cols.max()) + 1 if len(cols) else 0
 
 
+FP8 = "float8_e4m3fn"  # a storage dtype only: the target computes in bf16, the cache keeps 1 byte a value
+FP8_MAX = 448.0  # the largest finite float8_e4m3fn
+
+
+def quantize_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x [positions, C]`` as fp8 with one fp32 scale per channel ``[C]`` (its absolute max over the shard /
+    448). Per channel, not per position: the residual stream's few massive channels would otherwise push every
+    ordinary value of the same position into fp8's subnormals."""
+    scale = (x.float().abs().amax(0) / FP8_MAX).clamp_min(1e-12)  # [C]
+    return (x.float() / scale).to(torch.float8_e4m3fn), scale
+
+
+def dequantize_fp8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``[positions, C]`` bf16 (what a bf16 cache would hold, within fp8's 3 mantissa bits)."""
+    return (q.float() * scale).to(torch.bfloat16)
+
+
 @torch.no_grad()
 def target_features(model, tokens: torch.Tensor, layer_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """One frozen forward: taps ``[b, t, F·H]`` and final-normed hidden ``[b, t, H]``."""
@@ -79,7 +97,8 @@ def extract_features(
     tokens, mask = data["tokens"].long(), data["loss_mask"].bool()
     length = supervised_length(mask)
     tokens = tokens[:, :length]
-    target = TargetRuntime.load(target_dir, dtype=getattr(torch, dtype))
+    compute = "bfloat16" if dtype == FP8 else dtype
+    target = TargetRuntime.load(target_dir, dtype=getattr(torch, compute))
     target.set_layer_ids(tuple(layer_ids))
     model = target.model.to(device)
     out = Path(out_dir)
@@ -94,6 +113,8 @@ def extract_features(
         "shard_size": shard_size,
         "dtype": dtype,
     }
+    if dtype == FP8 and old_layout_padded(out):
+        raise ValueError(f"{out}: fp8 storage needs the packed layout; this cache is padded (use a new --out)")
     old = out / "meta.json"
     # packed: each shard stores its rows back to back, each only up to its own last supervised column (no
     # padding: ~45 % of the ShareGPT first-turn rows' columns); caches made before keep the padded layout
@@ -106,7 +127,8 @@ def extract_features(
     atomic_write_text(old, json.dumps(meta, indent=2) + "\n")
     wanted = min(len(tokens), max_sequences) if max_sequences > 0 else len(tokens)
     n_shards = (wanted + shard_size - 1) // shard_size
-    store_dtype = getattr(torch, dtype)  # bf16 halves the cache; fp32 keeps online training bit-comparable
+    # bf16 halves the cache; fp32 keeps online training bit-comparable; fp8 (per-channel scales) halves it again
+    store_dtype = getattr(torch, dtype)
     width = (len(layer_ids) + 1) * target.hidden_size  # taps + final per stored position
     check_disk(out, tokens, mask, shard_size, wanted, packed, width * store_dtype.itemsize)
     log_path = out / "extraction.json"  # per shard: positions, seconds, bytes (the rate and disk use reported)
@@ -122,13 +144,16 @@ def extract_features(
         for i in range(0, len(rows), batch_size):
             cols = int(lens[i : i + batch_size].max()) if packed else rows.shape[1]  # causal: later columns unused
             t, f = target_features(model, rows[i : i + batch_size, :cols].to(device), layer_ids)
-            t, f = t.to("cpu", store_dtype), f.to("cpu", store_dtype)
+            t, f = (x.to("cpu", store_dtype if dtype != FP8 else torch.bfloat16) for x in (t, f))
             if packed:  # [Σ len, ·]: row r's first lens[r] columns
                 t = torch.cat([t[r, : lens[i + r]] for r in range(len(t))])
                 f = torch.cat([f[r, : lens[i + r]] for r in range(len(f))])
             taps.append(t)
             final.append(f)
         tensors = {"taps": torch.cat(taps).contiguous(), "final": torch.cat(final).contiguous()}
+        if dtype == FP8:  # [Σ len, C] fp8 and [C] fp32 scales, per shard
+            for name in ("taps", "final"):
+                tensors[name], tensors[f"{name}_scale"] = quantize_fp8(tensors[name])
         if packed:
             tensors["offsets"] = torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)])  # [rows + 1]
         atomic_write(path, lambda p, t=tensors: save_file(t, str(p)))
@@ -137,6 +162,11 @@ def extract_features(
         atomic_write_text(out / "extraction.json", json.dumps(log, indent=1) + "\n")
         t0 = time.time()
     return {**meta, **extraction_report(out)}
+
+
+def old_layout_padded(out: Path) -> bool:
+    meta = out / "meta.json"
+    return meta.exists() and json.loads(meta.read_text()).get("layout") != "packed"
 
 
 def check_disk(
@@ -209,11 +239,18 @@ class FeatureStore:
         if missing:
             raise ValueError(f"{self.path}: shards {missing[:5]} missing (extraction unfinished; rerun it to resume)")
         self._handles: dict[int, object] = {}
+        self.fp8 = self.meta.get("dtype") == FP8  # read back as bf16
+        self._scales: dict[tuple[int, str], torch.Tensor] = {}
 
     def _shard(self, si: int):
         if si not in self._handles:
             self._handles[si] = safe_open(str(self.path / f"{si:05d}.safetensors"), framework="pt")
         return self._handles[si]
+
+    def _scale(self, si: int, name: str) -> torch.Tensor:
+        if (si, name) not in self._scales:
+            self._scales[si, name] = self._shard(si).get_tensor(f"{name}_scale")
+        return self._scales[si, name]
 
     def get(self, idx: torch.Tensor, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Taps ``[b, L, F·H]`` and final hidden ``[b, L, H]`` of sequences ``idx`` (their first ``length``
@@ -228,6 +265,8 @@ class FeatureStore:
                 end = min(end, start + n)
                 for name, out in (("taps", taps), ("final", final)):
                     row = h.get_slice(name)[start:end]
+                    if self.fp8:
+                        row = dequantize_fp8(row, self._scale(i // self.shard_size, name))
                     out.append(torch.nn.functional.pad(row, (0, 0, 0, n - (end - start)))[None])
             else:
                 taps.append(h.get_slice("taps")[j : j + 1, :n])
