@@ -76,8 +76,9 @@ declare -A RUNS=(
   # the data question (v6): the v5 recipe on the greedy first turns alone against the same rows and ShareGPT's own
   # answers, from one file (DATA=data/regen-smollm2/sharegpt-first-greedy-fixed.safetensors, FEATS its cache, VAL_DATA
   # the mixed file, as `TRAIN_ROWS=greedy-fixed scripts/ship_smollm2.sh` makes them); its first GREEDY_ROWS rows are
-  # the greedy first turns (the greedy rows of sharegpt-first less those `merge --held-out` dropped)
-  [v5-greedy]="$SPARSE --num-layers 1 --lr 1e-3 --max-sequences ${GREEDY_ROWS:-4267}"
+  # the greedy first turns (4 244 of this regeneration's 4 299 greedy rows: `merge --held-out` dropped 55 of them and
+  # 167 fixed answers whose prompt is, or repeats, a validation prompt)
+  [v5-greedy]="$SPARSE --num-layers 1 --lr 1e-3 --max-sequences ${GREEDY_ROWS:-4244}"
   [v5-greedy-fixed]="$SPARSE --num-layers 1 --lr 1e-3 --max-sequences 1000000"
 )
 names=("$@")
