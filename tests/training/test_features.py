@@ -164,7 +164,7 @@ def test_lilicorr_with_dflash2_convolution_trains_and_reloads(tiny_target_dir, r
 
 
 def test_an_extraction_that_would_fill_the_disk_is_refused_before_it_starts(
-    tiny_target_dir, regen_data, tmp_path, monkeypatch
+    tiny_target_dir, regen_data, tmp_path, monkeypatch, capsys
 ):
     """The missing shards' bytes are checked against the free disk first: refused with the sizes and the
     --max-sequences that fits, nothing written; shards already made are not counted again."""
@@ -181,6 +181,12 @@ def test_an_extraction_that_would_fill_the_disk_is_refused_before_it_starts(
     with pytest.raises(OSError, match=r"GiB more for \d+ rows.*--max-sequences 16 fits"):
         extract_features(str(tiny_target_dir), str(regen_data), str(cache), [0, 2], shard_size=16)
     assert [p.name for p in cache.glob("*.safetensors")] == ["00000.safetensors"]  # nothing new, nothing lost
+    from lilicorr.cli.main import main
+
+    fresh = tmp_path / "cli"
+    cli = ["data", "features", "--target", str(tiny_target_dir), "--data", str(regen_data), "--out", str(fresh)]
+    assert main([*cli, "--target-layer-ids", "0,2"]) == 2  # the command line: the message, no traceback
+    assert "GiB free" in capsys.readouterr().err and not list(fresh.glob("*.safetensors"))
     data = load_file(str(regen_data))
     tokens, mask = data["tokens"], data["loss_mask"].bool()
     width = 3 * 64 * 2  # two taps + final, H 64, bf16

@@ -55,16 +55,20 @@ def _features(args: argparse.Namespace) -> int:
         if args.target_layer_ids
         else default_layer_ids_for(cfg.get("num_hidden_layers") or cfg["text_config"]["num_hidden_layers"])
     )
-    meta = extract_features(
-        args.target,
-        args.data,
-        args.out,
-        layers,
-        args.batch_size,
-        dtype=args.dtype,
-        device=resolve_device(args.device),
-        max_sequences=args.max_sequences,
-    )
+    try:
+        meta = extract_features(
+            args.target,
+            args.data,
+            args.out,
+            layers,
+            args.batch_size,
+            dtype=args.dtype,
+            device=resolve_device(args.device),
+            max_sequences=args.max_sequences,
+        )
+    except (OSError, ValueError) as e:  # a full disk ahead, a cache made for other data: named, nothing written
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(json.dumps(meta, indent=2))
     return 0
 
