@@ -17,7 +17,8 @@
 # the greedy (T=0) rows only (TRAIN_ROWS; the v2 drafters trained on all rows).
 # Knobs: ROWS (rows of the training file, the first 64 held out), TRAIN_ROWS (greedy: default, a file of the
 # first turns' greedy rows; all: the mixed file, as v2; sampled; greedy-fixed: the greedy first turns and ShareGPT's
-# own answers, minus every row whose prompt is a validation prompt — `data merge --held-out`), STEPS, LR, GAMMA, HEAD_STEPS, HEAD_LR, OUT (where the drafters
+# own answers, minus every row whose prompt is a validation prompt — `data merge --held-out`; greedy-turns: the greedy
+# first turns and the later turns of STAGES=scale, minus the later turns of validation conversations), STEPS, LR, GAMMA, HEAD_STEPS, HEAD_LR, OUT (where the drafters
 # go, default models), REGEN_ENGINE (default vllm), REGEN_DTYPE (bfloat16); STAGES (default
 # "data main conv heads"; "scale" makes the data at scale: all ShareGPT turns, regenerated, and the fixed answers;
 # "first": only what training reads — the first turns, the fixed answers and their merged file, ≈ 80 min with vLLM
@@ -35,11 +36,12 @@ LR=${LR:-1e-3}        # the drafters' (and the co-trained head's) lr: 1e-3 since
 GAMMA=${GAMMA:-1}
 HEAD_STEPS=${HEAD_STEPS:-1200}
 HEAD_LR=${HEAD_LR:-1e-3}
+TURNS_PROMPT_TOKENS=${TURNS_PROMPT_TOKENS:-512}  # the later turns' longest templated prompt (STAGES=scale)
 OUT=${OUT:-models}
 MIXED=data/regen-smollm2/sharegpt-first-fixed.safetensors  # first turns (every other row T=1), then fixed answers
 MIXED_FEATS=data/cache/features-smollm2-first-fixed
 TRAIN_ROWS=${TRAIN_ROWS:-greedy}
-ROW_KIND=${TRAIN_ROWS%-fixed}  # what the trainer's --train-rows keeps (fixed answers count as greedy rows)
+ROW_KIND=${TRAIN_ROWS%%-*}  # what the trainer's --train-rows keeps (fixed answers count as greedy rows)
 if [[ $TRAIN_ROWS == all ]]; then  # the v2 drafters: the mixed file's first ROWS rows, validated on its first 64
   DATA=$MIXED FEATS=$MIXED_FEATS VAL=""
 else  # a file of the first turns' greedy (or sampled) rows alone, so features are extracted for those only;
@@ -74,9 +76,13 @@ $L data regenerate --target $TARGET --prompts data/prompts/sharegpt.jsonl --out 
   data/regen-smollm2/sharegpt-fixed.safetensors --out data/regen-smollm2/sharegpt-first-fixed.safetensors
 fi
 if [[ $STAGES == *scale* ]]; then
+# Greedy only (the drafters train on greedy rows since v3; answering T = 1 rows no run reads would halve the
+# useful rows per CPU-hour) and prompts within TURNS_PROMPT_TOKENS templated tokens (512: 6 320 of the 24 708
+# turns, mean prompt 313 tokens; 768 keeps 10 330 at a mean of 440 — each answer token then carries twice the
+# feature positions to extract and store).
 $L data regenerate --target $TARGET --prompts data/prompts/sharegpt-turns.jsonl \
-  --out data/regen-smollm2/sharegpt-turns.safetensors --num-sequences 24708 --max-prompt-tokens 768 \
-  --new-tokens 256 --shard-size 32 --concurrency 64 --engine $ENGINE --dtype $DTYPE --seed 0 \
+  --out data/regen-smollm2/sharegpt-turns.safetensors --num-sequences 24708 --max-prompt-tokens $TURNS_PROMPT_TOKENS \
+  --new-tokens 256 --shard-size 32 --concurrency 64 --engine $ENGINE --dtype $DTYPE --seed 0 --sampled-fraction 0 \
   --card data/cards/smollm2-sharegpt-turns
 # Everything including the later turns (the data card of each part is in data/cards/).
 $L data merge data/regen-smollm2/sharegpt-first.safetensors data/regen-smollm2/sharegpt-fixed.safetensors \
@@ -84,9 +90,9 @@ $L data merge data/regen-smollm2/sharegpt-first.safetensors data/regen-smollm2/s
 fi
 if [[ $STAGES == *data* ]]; then
 [ -f $MIXED ] || { echo "$MIXED missing: make it first with STAGES=first (its first turns and fixed answers; STAGES=scale also answers the later turns)"; exit 2; }
-if [[ $TRAIN_ROWS == *-fixed ]]; then
-  [ -f $DATA ] || $L data merge data/regen-smollm2/sharegpt-first.safetensors data/regen-smollm2/sharegpt-fixed.safetensors \
-    --rows $ROW_KIND --held-out $MIXED --out $DATA
+if [[ $TRAIN_ROWS == *-fixed || $TRAIN_ROWS == *-turns ]]; then  # minus every row continuing a validation prompt
+  [ -f $DATA ] || $L data merge data/regen-smollm2/sharegpt-first.safetensors \
+    data/regen-smollm2/sharegpt-${TRAIN_ROWS#*-}.safetensors --rows $ROW_KIND --held-out $MIXED --out $DATA
 else
   [ -f $DATA ] || $L data merge data/regen-smollm2/sharegpt-first.safetensors --rows $TRAIN_ROWS --out $DATA
 fi

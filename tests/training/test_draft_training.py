@@ -1,3 +1,4 @@
+import json
 import math
 import os
 import socket
@@ -532,6 +533,21 @@ def test_learning_curves_log_positions_and_plot(tiny_target_dir, regen_data, tmp
     walk = read_curve(tmp_path / "b-run")
     assert pts[-1]["walk_tau"] is None and walk[-1]["walk_tau"] >= 1.0 and walk[-1]["walk_tau_greedy"] >= 1.0
     assert "| — | — |" in rows[0] and "| — |" not in rows[1] and f"| {walk[-1]['walk_tau_greedy']:.4f} |" in rows[1]
+
+
+def test_a_resumed_runs_curve_keeps_the_retrained_points_only(tmp_path):
+    """A run cut after its checkpoint at step 500 logged validations at 500 and 600; resumed, it retrained from 500
+    and logged 500, 600 and 700 again. The curve holds each step once, the resumed run's value."""
+    from lilicorr.training.curves import read_curve
+
+    run = tmp_path / "run"
+    run.mkdir()
+    recs = [(400, 1.1), (500, 1.2), (600, 1.3), (500, 1.25), (600, 1.35), (700, 1.4)]
+    lines = [json.dumps({"event": "start", "config": {}})]
+    lines += [json.dumps({"step": s, "elapsed_s": s, "val": {"tau_top1_estimate": t}}) for s, t in recs]
+    (run / "train.log").write_text("\n".join(lines) + "\n")
+    pts = read_curve(run)
+    assert [(p["step"], p["tau"]) for p in pts] == [(400, 1.1), (500, 1.25), (600, 1.35), (700, 1.4)]
 
 
 def _vocab_passes(tiny_target_dir, regen_data, **kw):

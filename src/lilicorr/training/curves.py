@@ -15,7 +15,11 @@ from pathlib import Path
 
 def read_curve(run_dir: str | Path) -> list[dict]:
     """The validation points of a run: positions (None in logs from before it was recorded), minutes, τ estimate,
-    neighbour-same rate, slot-1 accuracy."""
+    neighbour-same rate, slot-1 accuracy.
+
+    A run cut and resumed (``--resume``) retrains from its last checkpoint, so its log holds the cut run's points
+    past that checkpoint and then the resumed run's for the same steps: a point at a step not past the previous
+    one drops the earlier points from that step on (the training they measured was discarded)."""
     log = Path(run_dir) / "train.log"
     if not log.exists():
         raise FileNotFoundError(f"{log}: not found (a run folder of `lilicorr train draft` has one)")
@@ -25,6 +29,7 @@ def read_curve(run_dir: str | Path) -> list[dict]:
         if "val" not in rec:
             continue
         val = rec["val"]
+        points = [p for p in points if p["step"] < rec["step"]]  # a resumed run's retrained steps replace the cut's
         points.append(
             {
                 "step": rec["step"],
