@@ -15,7 +15,7 @@
 # curves-smollm2-kd-mix.md): 16 anchors per row, an 8 k training vocabulary, slot decay γ = 1, one drafter layer
 # (v2), lr 1e-3 since v5 (3e-3 through v4; curves-smollm2-glr.md: 16 minutes on the whole greedy set), and since v3
 # the greedy (T=0) rows only (TRAIN_ROWS; the v2 drafters trained on all rows).
-# Knobs: ROWS (rows of the training file, the first 64 held out), TRAIN_ROWS (greedy: default, a file of the
+# Knobs: ROWS (rows of the training file, the first 64 held out), REUSE_FEATS (a feature cache to link shards from), TRAIN_ROWS (greedy: default, a file of the
 # first turns' greedy rows; all: the mixed file, as v2; sampled; greedy-fixed: the greedy first turns and ShareGPT's
 # own answers, minus every row whose prompt is a validation prompt — `data merge --held-out`; greedy-turns: the greedy
 # first turns and the later turns of STAGES=scale, minus the later turns of validation conversations), STEPS, LR, GAMMA, HEAD_STEPS, HEAD_LR, OUT (where the drafters
@@ -96,7 +96,13 @@ if [[ $TRAIN_ROWS == *-fixed || $TRAIN_ROWS == *-turns ]]; then  # minus every r
 else
   [ -f $DATA ] || $L data merge data/regen-smollm2/sharegpt-first.safetensors --rows $TRAIN_ROWS --out $DATA
 fi
-$L data features --target $TARGET --data $DATA --out $FEATS --max-sequences $ROWS --threads 2
+# a merge starting with the greedy first turns takes their shards from another merge's cache (`--reuse`: only
+# shards holding exactly the same rows are linked; the rest are extracted)
+REUSE=${REUSE_FEATS:-}
+if [[ -z $REUSE && $TRAIN_ROWS == greedy-* ]]; then
+  for d in data/cache/features-smollm2-first-greedy-*; do [[ $d != "$FEATS" && -f $d/meta.json ]] && { REUSE=$d; break; }; done
+fi
+$L data features --target $TARGET --data $DATA --out $FEATS --max-sequences $ROWS --threads 2 ${REUSE:+--reuse $REUSE}
 [ -z "$VAL" ] || $L data features --target $TARGET --data $MIXED --out $MIXED_FEATS --max-sequences 64 --threads 2
 fi
 

@@ -223,3 +223,43 @@ def test_fp8_cache_holds_the_bf16_features_within_fp8_precision_at_half_the_byte
     assert ((back - x).abs() <= 0.07 * x.abs() + 1e-3).all()
     train_draft(replace(_cfg(tiny_target_dir, regen_data, tmp_path / "run", "dflash", features=str(fp8)), bf16=True))
     assert [r["step"] for r in _log(tmp_path / "run-run") if "val" in r][-1] == 6
+
+
+def test_a_merge_reuses_the_shards_another_cache_holds_for_its_first_rows(tiny_target_dir, regen_data, tmp_path):
+    """`data features --reuse OTHER`: a file that starts with another cache's rows (a merge's first part, here right-
+    padded wider, as `data merge` pads to its longest part) links those full shards instead of running the target
+    on them, computes the rest, and reads back what an extraction without reuse gives; the rate counts only the
+    shards it computed. A donor stored otherwise is refused by name."""
+    import os
+
+    from lilicorr.training.features import extraction_report
+
+    donor = tmp_path / "donor"
+    extract_features(str(tiny_target_dir), str(regen_data), str(donor), [0, 2], shard_size=16, dtype="float32")
+    data = load_file(str(regen_data))  # 40 rows: donor shards 0-1 full, shard 2 holds 8
+    tokens = torch.cat([data["tokens"], data["tokens"][:10].flip(1)])  # 50 rows; the last 10 are new
+    mask = torch.cat([data["loss_mask"], data["loss_mask"][:10]])
+    pad = lambda x: torch.nn.functional.pad(x, (0, 6))  # noqa: E731  wider rows, padding never supervised
+    merged = {"tokens": pad(tokens).contiguous(), "loss_mask": pad(mask).contiguous()}
+    save_file(merged, str(tmp_path / "merged.safetensors"))
+    cache, fresh = tmp_path / "merged-feats", tmp_path / "fresh-feats"
+    args = (str(tiny_target_dir), str(tmp_path / "merged.safetensors"))
+    meta = extract_features(*args, str(cache), [0, 2], shard_size=16, dtype="float32", reuse=str(donor))
+    extract_features(*args, str(fresh), [0, 2], shard_size=16, dtype="float32")
+    for si in (0, 1):  # the same file, not a copy
+        assert os.stat(cache / f"{si:05d}.safetensors").st_ino == os.stat(donor / f"{si:05d}.safetensors").st_ino
+    assert os.stat(cache / "00002.safetensors").st_ino != os.stat(donor / "00002.safetensors").st_ino  # 16 rows vs 8
+    assert meta["reused_shards"] == 2 and extraction_report(cache)["timed_shards"] == 2
+    idx = torch.arange(50)
+    for got, want in zip(FeatureStore(cache, merged["tokens"]).get(idx), FeatureStore(fresh).get(idx), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    other = tmp_path / "other-layers"
+    extract_features(str(tiny_target_dir), str(regen_data), str(other), [0, 1], shard_size=16, dtype="float32")
+    with pytest.raises(ValueError, match="layer_ids"):
+        extract_features(*args, str(tmp_path / "x"), [0, 2], shard_size=16, dtype="float32", reuse=str(other))
+    assert not (tmp_path / "x").exists()  # refused before anything was written
+    from lilicorr.cli.main import main
+
+    cli = ["data", "features", "--target", str(tiny_target_dir), "--data", args[1], "--out", str(tmp_path / "y")]
+    assert main([*cli, "--target-layer-ids", "0,2", "--reuse", str(other)]) == 2  # one `error:` line, exit 2
+    assert not (tmp_path / "y").exists()

@@ -65,6 +65,7 @@ def _features(args: argparse.Namespace) -> int:
             dtype=args.dtype,
             device=resolve_device(args.device),
             max_sequences=args.max_sequences,
+            reuse=args.reuse,
         )
     except (OSError, ValueError) as e:  # a full disk ahead, a cache made for other data: named, nothing written
         print(f"error: {e}", file=sys.stderr)
@@ -190,6 +191,11 @@ def register(sub) -> None:
     s.add_argument("--batch-size", type=int, default=4)
     s.add_argument(
         "--max-sequences", type=int, default=0, help="only the shards covering the first N rows (0: all); extendable"
+    )
+    s.add_argument(
+        "--reuse",
+        default=None,
+        help="another feature cache: its shards holding exactly these rows (a merge's first part) are hard-linked",
     )
     # float8_e4m3fn: the target computes in bf16 and the cache stores 1 byte a value with per-channel scales
     add_runtime_args(s, dtype="bfloat16", dtypes=("float32", "bfloat16", "float8_e4m3fn"))

@@ -32,6 +32,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from lilicorr.data.atomic import atomic_write, atomic_write_text
+from lilicorr.training.feature_reuse import link_shard, reusable_shards
 
 
 def data_digest(tokens: torch.Tensor) -> str:
@@ -86,10 +87,13 @@ def extract_features(
     dtype: str = "bfloat16",
     device: str = "cpu",
     max_sequences: int = 0,
+    reuse: str | None = None,
 ) -> dict:
     """Cache the target's taps for ``data_path`` in ``out_dir``, shard by shard (resumable). With
     ``max_sequences`` only the shards covering the first N rows are made now (a trainer's
-    ``--max-sequences N`` needs no more); the meta stays that of the whole file, so a later call extends it."""
+    ``--max-sequences N`` needs no more); the meta stays that of the whole file, so a later call extends it.
+    ``reuse``: another cache whose shards holding exactly these rows are linked instead of recomputed
+    (``feature_reuse``)."""
     from lilicorr.runtime.runtime import TargetRuntime
     from lilicorr.training.regenerate import load_regenerated
 
@@ -123,6 +127,10 @@ def extract_features(
         meta["layout"] = "packed"
     if old.exists() and json.loads(old.read_text()) != meta:
         raise ValueError(f"{old}: written for other data, target or layers; use a new --out or delete it")
+    if reuse and not packed:
+        raise ValueError(f"{out}: --reuse needs the packed layout; this cache is padded (use a new --out)")
+    row_lens = row_lengths(mask)  # [rows]
+    donated = reusable_shards(reuse, meta, tokens, row_lens) if reuse else {}  # a refused donor: nothing written yet
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(old, json.dumps(meta, indent=2) + "\n")
     wanted = min(len(tokens), max_sequences) if max_sequences > 0 else len(tokens)
@@ -130,9 +138,17 @@ def extract_features(
     # bf16 halves the cache; fp32 keeps online training bit-comparable; fp8 (per-channel scales) halves it again
     store_dtype = getattr(torch, dtype)
     width = (len(layer_ids) + 1) * target.hidden_size  # taps + final per stored position
-    check_disk(out, tokens, mask, shard_size, wanted, packed, width * store_dtype.itemsize)
     log_path = out / "extraction.json"  # per shard: positions, seconds, bytes (the rate and disk use reported)
     log = json.loads(log_path.read_text()) if log_path.exists() else {}  # shard name -> its entry
+    if reuse:  # before the disk check: linked shards take no room
+        for si, src in donated.items():
+            path = out / f"{si:05d}.safetensors"
+            if si < n_shards and not path.exists():
+                link_shard(src, path)
+                stored = int(row_lens[si * shard_size : (si + 1) * shard_size].sum())
+                log[path.name] = {"positions": stored, "seconds": 0, "bytes": path.stat().st_size, "reused": str(src)}
+        atomic_write_text(log_path, json.dumps(log, indent=1) + "\n")
+    check_disk(out, tokens, mask, shard_size, wanted, packed, width * store_dtype.itemsize)
     t0 = time.time()
     for si in tqdm(range(n_shards), desc="features", mininterval=5):
         path = out / f"{si:05d}.safetensors"
@@ -203,8 +219,14 @@ def extraction_report(folder: str | Path) -> dict:
     log_path = folder / "extraction.json"
     log = json.loads(log_path.read_text()) if log_path.exists() else {}  # shard name -> its entry
     disk = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
-    secs, pos = sum(e["seconds"] for e in log.values()), sum(e["positions"] for e in log.values())
-    return {"disk_bytes": disk, "positions_per_s": round(pos / secs, 1) if secs else None, "timed_shards": len(log)}
+    timed = [e for e in log.values() if "reused" not in e]  # linked from another cache: no time of this one's
+    secs, pos = sum(e["seconds"] for e in timed), sum(e["positions"] for e in timed)
+    reused = len(log) - len(timed)
+    return {
+        "disk_bytes": disk,
+        "positions_per_s": round(pos / secs, 1) if secs else None,
+        "timed_shards": len(timed),
+    } | ({"reused_shards": reused} if reused else {})
 
 
 class FeatureStore:
