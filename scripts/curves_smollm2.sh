@@ -80,6 +80,11 @@ declare -A RUNS=(
   # 167 fixed answers whose prompt is, or repeats, a validation prompt)
   [v5-greedy]="$SPARSE --num-layers 1 --lr 1e-3 --max-sequences ${GREEDY_ROWS:-4244}"
   [v5-greedy-fixed]="$SPARSE --num-layers 1 --lr 1e-3 --max-sequences 1000000"
+  # the next data question: the greedy first turns plus the greedily answered later turns (TRAIN_ROWS=greedy-turns;
+  # DATA=data/regen-smollm2/sharegpt-first-greedy-turns.safetensors, FEATS its cache). Its first 4 244 rows are the
+  # same greedy first turns (and `--reuse` links their feature shards), so `v5-greedy` on it is the same baseline; run
+  # the two side by side in a new RUNS_DIR, as the greedy-fixed pair ran (equal minutes need equal sharing of the cores).
+  [v5-greedy-turns]="$SPARSE --num-layers 1 --lr 1e-3 --max-sequences 1000000"
 )
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(today-d1 fast-d1 dense-fullvocab-d1 fast-d2 fast-d3 fast-d1-fixed fast-d1-tinit fast-d1-lr3e-3
