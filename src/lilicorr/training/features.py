@@ -19,7 +19,6 @@ Shards are written atomically, so an interrupted extraction resumes;
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import shutil
@@ -33,16 +32,7 @@ from tqdm import tqdm
 
 from lilicorr.data.atomic import atomic_write, atomic_write_text
 from lilicorr.training.feature_reuse import link_shard, reusable_shards
-
-
-def data_digest(tokens: torch.Tensor) -> str:
-    return hashlib.sha256(tokens.to(torch.int32).numpy().tobytes()).hexdigest()[:16]
-
-
-def row_lengths(loss_mask: torch.Tensor) -> torch.Tensor:
-    """Per row, the columns its blocks can read: its last supervised column + 1 (at least 1). ``[rows]``"""
-    cols = torch.arange(loss_mask.shape[1]).expand_as(loss_mask)
-    return ((cols + 1) * loss_mask).amax(1).clamp_min(1).long()
+from lilicorr.training.feature_rows import data_digest, row_lengths
 
 
 def supervised_length(loss_mask: torch.Tensor) -> int:
