@@ -33,6 +33,7 @@ from tqdm import tqdm
 from lilicorr.data.atomic import atomic_write, atomic_write_text
 from lilicorr.training.feature_reuse import link_shard, reusable_shards
 from lilicorr.training.feature_rows import data_digest, row_lengths
+from lilicorr.training.shard_reader import ShardReader
 
 
 def supervised_length(loss_mask: torch.Tensor) -> int:
@@ -251,6 +252,7 @@ class FeatureStore:
         if missing:
             raise ValueError(f"{self.path}: shards {missing[:5]} missing (extraction unfinished; rerun it to resume)")
         self._handles: dict[int, object] = {}
+        self._readers: dict[int, ShardReader] = {}
         self.fp8 = self.meta.get("dtype") == FP8  # read back as bf16
         self._scales: dict[tuple[int, str], torch.Tensor] = {}
 
@@ -258,6 +260,12 @@ class FeatureStore:
         if si not in self._handles:
             self._handles[si] = safe_open(str(self.path / f"{si:05d}.safetensors"), framework="pt")
         return self._handles[si]
+
+    def _reader(self, si: int) -> ShardReader:
+        """A packed shard's rows come by ``pread`` (``shard_reader``: the memory map read 3× the bytes from disk)."""
+        if si not in self._readers:
+            self._readers[si] = ShardReader(self.path / f"{si:05d}.safetensors")
+        return self._readers[si]
 
     def _scale(self, si: int, name: str) -> torch.Tensor:
         if (si, name) not in self._scales:
@@ -273,10 +281,11 @@ class FeatureStore:
             h = self._shard(i // self.shard_size)
             j = i % self.shard_size
             if self.packed:  # the row's own columns, zeros after them (never read by a valid block)
-                start, end = (int(x) for x in h.get_slice("offsets")[j : j + 2])
+                r = self._reader(i // self.shard_size)
+                start, end = (int(x) for x in r.rows("offsets", j, j + 2))
                 end = min(end, start + n)
                 for name, out in (("taps", taps), ("final", final)):
-                    row = h.get_slice(name)[start:end]
+                    row = r.rows(name, start, end)
                     if self.fp8:
                         row = dequantize_fp8(row, self._scale(i // self.shard_size, name))
                     out.append(torch.nn.functional.pad(row, (0, 0, 0, n - (end - start)))[None])
