@@ -252,7 +252,7 @@ class FeatureStore:
         if missing:
             raise ValueError(f"{self.path}: shards {missing[:5]} missing (extraction unfinished; rerun it to resume)")
         self._handles: dict[int, object] = {}
-        self._readers: dict[int, ShardReader] = {}
+        self._readers: dict[int, tuple[ShardReader, torch.Tensor]] = {}
         self.fp8 = self.meta.get("dtype") == FP8  # read back as bf16
         self._scales: dict[tuple[int, str], torch.Tensor] = {}
 
@@ -261,15 +261,17 @@ class FeatureStore:
             self._handles[si] = safe_open(str(self.path / f"{si:05d}.safetensors"), framework="pt")
         return self._handles[si]
 
-    def _reader(self, si: int) -> ShardReader:
-        """A packed shard's rows come by ``pread`` (``shard_reader``: the memory map read 3× the bytes from disk)."""
+    def _reader(self, si: int) -> tuple[ShardReader, torch.Tensor]:
+        """A packed shard's reader and its row offsets ``[rows + 1]`` (read once). Its rows come by ``pread``
+        (``shard_reader``: the memory map read 3× the bytes from disk)."""
         if si not in self._readers:
-            self._readers[si] = ShardReader(self.path / f"{si:05d}.safetensors")
+            reader = ShardReader(self.path / f"{si:05d}.safetensors")
+            self._readers[si] = reader, reader.tensor("offsets")
         return self._readers[si]
 
     def _scale(self, si: int, name: str) -> torch.Tensor:
         if (si, name) not in self._scales:
-            self._scales[si, name] = self._shard(si).get_tensor(f"{name}_scale")
+            self._scales[si, name] = self._reader(si)[0].tensor(f"{name}_scale")
         return self._scales[si, name]
 
     def get(self, idx: torch.Tensor, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -278,18 +280,18 @@ class FeatureStore:
         taps, final = [], []
         n = min(length or self.length, self.length)
         for i in idx.tolist():
-            h = self._shard(i // self.shard_size)
-            j = i % self.shard_size
+            si, j = divmod(i, self.shard_size)
             if self.packed:  # the row's own columns, zeros after them (never read by a valid block)
-                r = self._reader(i // self.shard_size)
-                start, end = (int(x) for x in r.rows("offsets", j, j + 2))
+                reader, offsets = self._reader(si)
+                start, end = int(offsets[j]), int(offsets[j + 1])
                 end = min(end, start + n)
                 for name, out in (("taps", taps), ("final", final)):
-                    row = r.rows(name, start, end)
+                    row = reader.rows(name, start, end)
                     if self.fp8:
-                        row = dequantize_fp8(row, self._scale(i // self.shard_size, name))
+                        row = dequantize_fp8(row, self._scale(si, name))
                     out.append(torch.nn.functional.pad(row, (0, 0, 0, n - (end - start)))[None])
             else:
+                h = self._shard(si)
                 taps.append(h.get_slice("taps")[j : j + 1, :n])
                 final.append(h.get_slice("final")[j : j + 1, :n])
         return torch.cat(taps), torch.cat(final)

@@ -33,6 +33,7 @@ class ShardReader:
 
     def __init__(self, path: str | Path):
         self.path = str(path)
+        self.fd = -1  # so that close() holds if the open below fails
         self.fd = os.open(self.path, os.O_RDONLY)
         if hasattr(os, "posix_fadvise"):
             os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_RANDOM)
