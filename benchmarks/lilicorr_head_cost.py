@@ -17,7 +17,7 @@ import time
 import torch
 
 from lilicorr.checkpoint import load_draft
-from lilicorr.runtime.runtime import cpu_has_fast_bf16
+from lilicorr.runtime.machine import bf16_label
 from lilicorr.shipped import SHIPPED_DRAFT
 
 
@@ -53,7 +53,7 @@ def main() -> None:
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--profile", action="store_true", help="print the operator table of each dtype")
     args = ap.parse_args()
-    print(f"AMX-bf16: {cpu_has_fast_bf16()}")
+    print(bf16_label())
     for dtype in (torch.bfloat16, torch.float32):
         draft = load_draft(args.draft, dtype=dtype).eval()
         head = draft.lilicorr

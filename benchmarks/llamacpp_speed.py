@@ -30,7 +30,8 @@ from lilicorr.decoding.build import build_engine
 from lilicorr.decoding.config import SpecConfig, default_config, parse_speculative_config
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
-from lilicorr.runtime.runtime import TargetRuntime, cpu_has_fast_bf16, resolve_dtype
+from lilicorr.runtime.machine import bf16_label
+from lilicorr.runtime.runtime import TargetRuntime, resolve_dtype
 from lilicorr.shipped import SHIPPED_DFLASH, SHIPPED_DRAFT, SHIPPED_TARGET
 
 IDENTITY_NOTE = (
@@ -135,7 +136,7 @@ def main() -> int:
         print(table[-1], flush=True)
     base = table[0][1]
     cpu = environment()["cpu"]
-    env = f"{cpu}, {args.threads} threads, AMX-bf16: {cpu_has_fast_bf16()}, engine dtype {dtype}"
+    env = f"{cpu}, {args.threads} threads, {bf16_label()}, engine dtype {dtype}"
     lines = [
         "# llama.cpp beside lilicorr (SmolLM2-135M-Instruct, batch 1, T = 0)",
         "",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -26,7 +25,8 @@ from lilicorr.decoding.methods import get_method
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.decoding.stats import SpecStats
-from lilicorr.runtime.runtime import TargetRuntime, cpu_has_fast_bf16, resolve_dtype
+from lilicorr.runtime.machine import machine_info
+from lilicorr.runtime.runtime import TargetRuntime, resolve_dtype
 
 
 def run_variant(
@@ -120,30 +120,9 @@ def run_variant(
     }
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def environment() -> dict:
-    import transformers
-
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "threads": torch.get_num_threads(),
-        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
-        "cpu": _cpu_model(),
-        "fast_bf16": cpu_has_fast_bf16(),  # AMX-bf16 or AVX512-BF16: what --dtype auto reads
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    """The machine a result was measured on, with the time (``runtime.machine.machine_info``)."""
+    return machine_info(with_time=True)
 
 
 def run_bench(

@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 from lilicorr.cli.openmp import openmp_spin
 
@@ -21,30 +20,9 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 def _env(args: argparse.Namespace) -> int:
     """This machine as far as a figure depends on it: versions, threads, CPU and its bf16 support."""
-    import platform
+    from lilicorr.runtime.machine import machine_info
 
-    import torch
-    import transformers
-
-    from lilicorr.runtime.runtime import cpu_has_fast_bf16
-
-    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
-    cpu = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "?")
-    flags = next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), [])
-    info = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "threads": torch.get_num_threads(),
-        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "bf16_flags": sorted(f for f in flags if "bf16" in f or f.startswith("amx")),
-        "fast_bf16": cpu_has_fast_bf16(),
-        "cuda": torch.cuda.is_available(),
-    }
-    print(json.dumps(info, indent=2))
+    print(json.dumps(machine_info(), indent=2))
     return 0
 
 

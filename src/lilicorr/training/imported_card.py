@@ -20,7 +20,8 @@ from lilicorr.data.wheels import sha256_file
 from lilicorr.decoding.build import build_engine
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
-from lilicorr.runtime.runtime import TargetRuntime, cpu_has_fast_bf16
+from lilicorr.runtime.machine import bf16_label
+from lilicorr.runtime.runtime import TargetRuntime
 
 SAMPLE_QUESTIONS = [
     "What is the capital of France, and what is it famous for?",
@@ -80,7 +81,7 @@ def write_imported_card(model_dir: Path, wheel: str = "", max_tokens: int = 64) 
         "| DFlash mask token | none in the vocabulary: drafters use `<empty_output>` (id 16), an unused one |",
         "",
         f"## AR speed on this machine (lilicorr engine, batch 1, greedy, {max_tokens}-token answers, "
-        f"{torch.get_num_threads()} threads, AMX-bf16: {'yes' if cpu_has_fast_bf16() else 'no'})",
+        f"{torch.get_num_threads()} threads, {bf16_label()})",
         "",
         "| dtype | tokens/s |",
         "|---|---|",

@@ -1,0 +1,63 @@
+"""What this machine is, as far as a measured figure depends on it.
+
+``lilicorr env`` prints it and every benchmark result records it, so a speed-up can always be traced to the CPU,
+its bf16 support, the thread count and the OpenMP wait policy it was measured under (figures differ several-fold
+between this project's Intel-AMX and AMD machines). One function, so the two never describe a machine differently.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from lilicorr.runtime.runtime import cpu_has_fast_bf16
+
+
+def _cpuinfo_field(lines: list[str], key: str) -> str | None:
+    """The value of the first ``key : value`` line of /proc/cpuinfo, or None."""
+    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith(key)), None)
+
+
+def machine_info(with_time: bool = False) -> dict:
+    """Versions, threads, OpenMP policy, CPU model, cores, the CPU's bf16 flags and whether ``--dtype auto`` picks
+    bf16 here (``fast_bf16``); ``with_time`` adds the UTC time of the call (a benchmark's timestamp)."""
+    import transformers
+
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    flags = (_cpuinfo_field(lines, "flags") or "").split()
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "threads": torch.get_num_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
+        "cpu": _cpuinfo_field(lines, "model name") or platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "bf16_flags": sorted(f for f in flags if "bf16" in f or f.startswith("amx")),
+        "fast_bf16": cpu_has_fast_bf16(),  # AMX-bf16 or AVX512-BF16: what --dtype auto reads
+        "cuda": torch.cuda.is_available(),
+    }
+    if with_time:
+        info["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return info
+
+
+def bf16_label() -> str:
+    """A short human line for cards and printouts: which native bf16 this CPU has, if any."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        flags = ""
+    if "amx_bf16" in flags:
+        return "native bf16: AMX-bf16"
+    if "avx512_bf16" in flags:
+        return "native bf16: AVX512-BF16"
+    return "native bf16: none"

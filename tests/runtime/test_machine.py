@@ -1,0 +1,30 @@
+"""The machine description that `lilicorr env` prints and every benchmark result records."""
+
+from __future__ import annotations
+
+import json
+
+from lilicorr.cli.main import main
+from lilicorr.runtime.machine import bf16_label, machine_info
+from lilicorr.runtime.runtime import resolve_dtype
+
+
+def test_env_and_bench_results_describe_the_machine_alike(capsys) -> None:
+    info = machine_info(with_time=True)
+    assert main(["env"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert set(printed) == set(info) - {"time"}  # one description: the bench's only adds its timestamp
+    assert {k: printed[k] for k in ("cpu", "cores", "bf16_flags", "fast_bf16")} == {
+        k: info[k] for k in ("cpu", "cores", "bf16_flags", "fast_bf16")
+    }
+
+
+def test_fast_bf16_follows_the_cpu_flags_and_names_them() -> None:
+    info = machine_info()
+    native = bool({"amx_bf16", "avx512_bf16"} & set(info["bf16_flags"]))
+    assert info["fast_bf16"] is native
+    label = bf16_label()
+    # the label names the instruction set --dtype auto relies on (no "AMX" on an AVX512-BF16 machine)
+    assert label.endswith("AMX-bf16" if "amx_bf16" in info["bf16_flags"] else "AVX512-BF16" if native else "none")
+    if not info["cuda"]:
+        assert (str(resolve_dtype("auto")) == "torch.bfloat16") is native
