@@ -63,14 +63,17 @@ def run_config(run_dir: str | Path) -> dict:
     return {}
 
 
-def _at_minutes(points: list[dict], minutes: float, key: str = "tau") -> float | None:
-    """``key`` (a τ estimate) at ``minutes`` of training, linear between the validations around it."""
+def _interpolate(points: list[dict], x: float, key: str = "tau", along: str = "minutes") -> float | None:
+    """``key`` (a τ estimate) where ``along`` (minutes or supervised positions) equals ``x``, linear between the
+    validations around it; None past the run's last point or where a point lacks either value."""
     prev = None
     for p in points:
-        if p["minutes"] >= minutes:
-            if prev is None or p["minutes"] == prev["minutes"]:
+        if p[along] is None or p[key] is None:
+            continue
+        if p[along] >= x:
+            if prev is None or p[along] == prev[along]:
                 return p[key]
-            w = (minutes - prev["minutes"]) / (p["minutes"] - prev["minutes"])
+            w = (x - prev[along]) / (p[along] - prev[along])
             return prev[key] + w * (p[key] - prev[key])
         prev = p
     return None
@@ -82,15 +85,23 @@ def _fmt(x: float | None) -> str:
 
 def curves_table(runs: list[str | Path]) -> str:
     """A markdown table of the runs: recipe, budget, supervised positions (and per second), and held-out
-    τ estimate at the end and at the shortest run's minutes (equal wall time); for runs with a LiLiCorr head,
+    τ estimate at the end and at the shortest run's minutes (equal wall time); the τ that decides T = 0 decoding
+    (the greedy rows' where validation splits them) at equal wall time, and at the fewest supervised positions any
+    run reached (equal data: the data and recipe questions read both); for runs with a LiLiCorr head,
     also its walk's τ estimate (all rows at equal time, and the greedy rows at the end); where validation measured
     it, the T = 1 estimate on the sampled rows (``block_metrics``' ``t1_prefix``)."""
     curves = {Path(r).name: read_curve(r) for r in runs}
     common = min((c[-1]["minutes"] for c in curves.values() if c), default=0.0)
+    split = any(p["tau_greedy"] is not None for c in curves.values() for p in c)
+    decide = "tau_greedy" if split else "tau"  # the τ T = 0 decoding is judged by
+    reached = [c[-1]["positions"] for c in curves.values() if c and c[-1]["positions"]]
+    equal_pos = min(reached, default=None)
     walks = any(p["walk_tau"] is not None for c in curves.values() for p in c)
     t1 = any(p["tau_t1_sampled"] is not None for c in curves.values() for p in c)
     head = ("| run | data | layers | anchors | train vocab | threads | steps | minutes | positions (M) | positions/s "
             f"| τ est. at {common:.1f} min | final τ est. | greedy / sampled rows "
+            + (f"| greedy τ at {common:.1f} min " if split else "")
+            + (f"| {'greedy ' if split else ''}τ at {equal_pos / 1e6:.2f} M positions " if equal_pos else "")
             + (f"| walk τ at {common:.1f} min | final walk τ, greedy rows " if walks else "")
             + ("| T=1 τ est., sampled rows " if t1 else "")
             + "| slot-1 acc | neighbour same |")  # fmt: skip
@@ -102,18 +113,20 @@ def curves_table(runs: list[str | Path]) -> str:
         last = pts[-1]
         pos = last["positions"] or 0
         rate = pos / (last["minutes"] * 60) if last["minutes"] else 0.0
-        eq = _at_minutes(pts, common)
-        split = "—" if last["tau_greedy"] is None else f"{last['tau_greedy']:.4f} / {last['tau_sampled']:.4f}"
-        extra = ""  # the optional columns: the head's walk, the T = 1 estimate
-        if walks:
-            eq_walk = _at_minutes(pts, common, "walk_tau") if last["walk_tau"] is not None else None
-            extra = f"| {_fmt(eq_walk)} | {_fmt(last['walk_tau_greedy'])} "
+        eq = _interpolate(pts, common)
+        extra = f"| {_fmt(_interpolate(pts, common, decide))} " if split else ""  # T = 0's τ at equal time
+        if equal_pos:
+            extra += f"| {_fmt(_interpolate(pts, equal_pos, decide, along='positions'))} "  # and at equal data
+        kinds = "—" if last["tau_greedy"] is None else f"{last['tau_greedy']:.4f} / {last['tau_sampled']:.4f}"
+        if walks:  # the optional columns: the head's walk, the T = 1 estimate
+            eq_walk = _interpolate(pts, common, "walk_tau") if last["walk_tau"] is not None else None
+            extra += f"| {_fmt(eq_walk)} | {_fmt(last['walk_tau_greedy'])} "
         if t1:
             extra += f"| {_fmt(last['tau_t1_sampled'])} "
         lines.append(
             f"| {name} | {Path(cfg.get('data', '?')).stem} | {cfg.get('num_layers')} | {cfg.get('anchors')} "
             f"| {cfg.get('train_vocab') or 'all'} | {cfg.get('threads') or 'all'} | {last['step']} "
-            f"| {last['minutes']:.1f} | {pos / 1e6:.2f} | {rate:.0f} | {eq:.4f} | {last['tau']:.4f} | {split} "
+            f"| {last['minutes']:.1f} | {pos / 1e6:.2f} | {rate:.0f} | {eq:.4f} | {last['tau']:.4f} | {kinds} "
             f"{extra}| {last['slot1_acc']:.4f} | {last['neighbour_same']} |"
         )
     return "\n".join(lines) + "\n"
