@@ -85,6 +85,12 @@ declare -A RUNS=(
   # same greedy first turns (and `--reuse` links their feature shards), so `v5-greedy` on it is the same baseline; run
   # the two side by side in a new RUNS_DIR, as the greedy-fixed pair ran (equal minutes need equal sharing of the cores).
   [v5-greedy-turns]="$SPARSE --num-layers 1 --lr 1e-3 --max-sequences 1000000"
+  # depth again at a longer budget (docs/results/curves-smollm2-v6-turns-80.md: the one-layer v5 recipe plateaus near
+  # 1.68 held-out greedy τ by ≈ 4 000 steps, whichever data): 2 and 3 layers on the same greedy first turns, two
+  # side by side at 1 thread, MINUTES=80 as the one-layer run there (validation every 200 steps: it is not training time,
+  # but at every 100 it took a third of the wall time)
+  [v5-greedy-d2]="$SPARSE --num-layers 2 --lr 1e-3 --val-every 200 --max-sequences ${GREEDY_ROWS:-4244}"
+  [v5-greedy-d3]="$SPARSE --num-layers 3 --lr 1e-3 --val-every 200 --max-sequences ${GREEDY_ROWS:-4244}"
 )
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(today-d1 fast-d1 dense-fullvocab-d1 fast-d2 fast-d3 fast-d1-fixed fast-d1-tinit fast-d1-lr3e-3
