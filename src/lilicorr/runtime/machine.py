@@ -17,9 +17,18 @@ import torch
 from lilicorr.runtime.runtime import cpu_has_fast_bf16
 
 
-def _cpuinfo_field(lines: list[str], key: str) -> str | None:
-    """The value of the first ``key : value`` line of /proc/cpuinfo, or None."""
+def _cpuinfo_field(key: str) -> str | None:
+    """The value of the first ``key : value`` line of /proc/cpuinfo, or None (no such file or line)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return None
     return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith(key)), None)
+
+
+def _bf16_flags() -> list[str]:
+    """The CPU's bf16 and AMX flags (``avx512_bf16``, ``amx_bf16``, …)."""
+    return sorted(f for f in (_cpuinfo_field("flags") or "").split() if "bf16" in f or f.startswith("amx"))
 
 
 def machine_info(with_time: bool = False) -> dict:
@@ -27,11 +36,6 @@ def machine_info(with_time: bool = False) -> dict:
     bf16 here (``fast_bf16``); ``with_time`` adds the UTC time of the call (a benchmark's timestamp)."""
     import transformers
 
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        lines = []
-    flags = (_cpuinfo_field(lines, "flags") or "").split()
     info = {
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -39,9 +43,9 @@ def machine_info(with_time: bool = False) -> dict:
         "threads": torch.get_num_threads(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
-        "cpu": _cpuinfo_field(lines, "model name") or platform.processor() or platform.machine(),
+        "cpu": _cpuinfo_field("model name") or platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
-        "bf16_flags": sorted(f for f in flags if "bf16" in f or f.startswith("amx")),
+        "bf16_flags": _bf16_flags(),
         "fast_bf16": cpu_has_fast_bf16(),  # AMX-bf16 or AVX512-BF16: what --dtype auto reads
         "cuda": torch.cuda.is_available(),
     }
@@ -52,10 +56,7 @@ def machine_info(with_time: bool = False) -> dict:
 
 def bf16_label() -> str:
     """A short human line for cards and printouts: which native bf16 this CPU has, if any."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        flags = ""
+    flags = _bf16_flags()
     if "amx_bf16" in flags:
         return "native bf16: AMX-bf16"
     if "avx512_bf16" in flags:
