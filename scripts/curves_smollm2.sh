@@ -89,6 +89,8 @@ declare -A RUNS=(
   # 1.68 held-out greedy τ by ≈ 4 000 steps, whichever data): 2 and 3 layers on the same greedy first turns, two
   # side by side at 1 thread, MINUTES=80 as the one-layer run there (validation every 200 steps: it is not training time,
   # but at every 100 it took a third of the wall time)
+  # (v5-greedy-d1: the one-layer baseline validated as often, for a pair run on other data than the 80-minute page's)
+  [v5-greedy-d1]="$SPARSE --num-layers 1 --lr 1e-3 --val-every 200 --max-sequences ${GREEDY_ROWS:-4244}"
   [v5-greedy-d2]="$SPARSE --num-layers 2 --lr 1e-3 --val-every 200 --max-sequences ${GREEDY_ROWS:-4244}"
   [v5-greedy-d3]="$SPARSE --num-layers 3 --lr 1e-3 --val-every 200 --max-sequences ${GREEDY_ROWS:-4244}"
 )

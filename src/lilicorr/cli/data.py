@@ -86,6 +86,33 @@ def _merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pack(args: argparse.Namespace) -> int:
+    from lilicorr.training.answer_pack import pack_answers
+
+    try:
+        print(json.dumps(pack_answers(args.data, args.out), indent=2))
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _unpack(args: argparse.Namespace) -> int:
+    from lilicorr.data.corpus import ensure_corpus
+    from lilicorr.training.answer_pack import read_pack, unpack_answers
+
+    try:
+        facts, _ = read_pack(args.pack)
+        if not facts["config"].get("prompts"):  # corpus windows: the corpus is built on first use
+            ensure_corpus(Path(facts["config"]["corpus"]))
+        meta = unpack_answers(args.pack, args.target, args.out, args.prompts)
+    except (FileNotFoundError, ValueError) as e:  # nothing written
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({k: v for k, v in meta.items() if k != "config"}, indent=2))
+    return 0
+
+
 def _draft_vocab(args: argparse.Namespace) -> int:
     """Count tokens in the given data and write the drafter folder's ``draft_vocab.json``."""
     from transformers import AutoConfig, AutoTokenizer
@@ -166,6 +193,18 @@ def register(sub) -> None:
                    "(the validation rows of `train draft --val-data`: other answers, later turns)")  # fmt: skip
     s.add_argument("--held-out-rows", type=int, default=64, help="how many first rows of --held-out (default 64)")
     s.set_defaults(func=_merge)
+
+    s = data.add_parser("pack", help="a regenerated data file's answers alone (small enough to commit)")
+    s.add_argument("data", help="a file of `data regenerate` (its .json record beside it)")
+    s.add_argument("--out", required=True, help="the pack (.safetensors), e.g. data/packs/NAME.answers.safetensors")
+    s.set_defaults(func=_pack)
+
+    s = data.add_parser("unpack", help="rebuild a packed data file, byte for byte (sha256-checked)")
+    s.add_argument("pack", help="a file of `data pack`")
+    s.add_argument("--target", required=True, help="the target folder (its tokenizer and chat template)")
+    s.add_argument("--out", default=None, help="the data file to write (default: the path it was packed from)")
+    s.add_argument("--prompts", default=None, help="the prompts JSONL (default: the pack's own path)")
+    s.set_defaults(func=_unpack)
 
     s = data.add_parser(
         "draft-vocab",

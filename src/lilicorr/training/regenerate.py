@@ -141,7 +141,8 @@ def _jobs(cfg: RegenConfig, rows) -> list[Job]:
     ]
 
 
-def _shard_tensors(jobs: list[Job], answers: dict[int, list[int]], length: int, pad: int) -> dict[str, torch.Tensor]:
+def shard_tensors(jobs: list[Job], answers: dict[int, list[int]], length: int, pad: int) -> dict[str, torch.Tensor]:
+    """The stored rows of ``jobs``: prompt + answer, right-padded to ``length``, ``loss_mask`` on the answer."""
     tokens = torch.full((len(jobs), length), pad, dtype=torch.int32)  # [rows, length], right-padded
     mask = torch.zeros(len(jobs), length, dtype=torch.bool)  # [rows, length], True on answer tokens
     for r, job in enumerate(jobs):
@@ -172,20 +173,26 @@ class Manifest:
         atomic_write_text(self.path, json.dumps(self.data, indent=1) + "\n")
 
 
+def row_layout(cfg: RegenConfig) -> tuple[list[Job], int, int, frozenset[int]]:
+    """The rows a config makes — (jobs, row length, pad id, EOS ids that end an answer) — from its prompts
+    (or corpus windows) and the target's tokenizer: one rule for ``regenerate`` and ``unpack_answers``."""
+    tokenizer, eos = folder_tokenizer_and_eos(cfg.target)
+    pad = min(eos) if eos else 0
+    chat = cfg.prompts is not None
+    rows = _chat_rows(cfg, tokenizer, eos) if chat else _windows(cfg, tokenizer)
+    if not chat:  # raw continuation: the tiny targets' data runs to the length limit, EOS or not
+        eos = frozenset()
+    length = (cfg.max_prompt_tokens if chat else cfg.prompt_tokens) + cfg.new_tokens
+    return _jobs(cfg, rows), length, pad, eos
+
+
 def regenerate(cfg: RegenConfig) -> dict:
     """Write ``out`` (safetensors: tokens, loss_mask, sampled), ``out.json`` (provenance) and the manifest."""
     cfg = replace(cfg, engine=resolve_engine(cfg.engine))  # the manifest and card name the engine that ran
     out = Path(cfg.out)
     shard_dir = Path(cfg.shards) if cfg.shards else out.with_name(out.name + ".shards")
     shard_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer, eos = folder_tokenizer_and_eos(cfg.target)
-    pad = min(eos) if eos else 0
-    chat = cfg.prompts is not None
-    rows = _chat_rows(cfg, tokenizer, eos) if chat else _windows(cfg, tokenizer)
-    jobs = _jobs(cfg, rows)
-    if not chat:  # raw continuation: the tiny targets' data runs to the length limit, EOS or not
-        eos = frozenset()
-    length = (cfg.max_prompt_tokens if chat else cfg.prompt_tokens) + cfg.new_tokens
+    jobs, length, pad, eos = row_layout(cfg)
     layout = {"prompts": cfg.prompts, "length": length, "shard_size": cfg.shard_size, "seed": cfg.seed,
               "sampled_fraction": cfg.sampled_fraction, "new_tokens": cfg.new_tokens}  # fmt: skip
     manifest = Manifest(shard_dir, layout)
@@ -263,7 +270,7 @@ def _answer_shards(cfg, answerer, jobs, todo, shard_dir: Path, manifest: Manifes
             continue
         del waiting[si]
         shard_jobs = jobs[si * S : (si + 1) * S]
-        tensors = _shard_tensors(shard_jobs, answers, length, pad)
+        tensors = shard_tensors(shard_jobs, answers, length, pad)
         path = shard_dir / f"{si:05d}.safetensors"
         atomic_write(path, lambda p, t=tensors: save_file(t, str(p)))
         now = time.time()
