@@ -16,6 +16,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
 L=.venv/bin/lilicorr
+# the committed answer packs (data/packs/): their data files, rebuilt byte for byte where a fresh disk lacks them
+[ -f data/prompts/sharegpt.jsonl ] || $L data prompts sharegpt --out data/prompts/sharegpt.jsonl
+for p in data/packs/*.answers.safetensors; do
+  [ ! -e "$p" ] || $L data unpack "$p" --target models/smollm2-135m-instruct > /dev/null
+done
 MINUTES=${MINUTES:-8}
 ROWS=${ROWS:-1024}
 DATA=${DATA:-data/regen-smollm2/sharegpt-first.safetensors}
