@@ -15,8 +15,8 @@
 # curves-smollm2-kd-mix.md): 16 anchors per row, an 8 k training vocabulary, slot decay γ = 1, one drafter layer
 # (v2), lr 1e-3 since v5 (3e-3 through v4; curves-smollm2-glr.md: 16 minutes on the whole greedy set), and since v3
 # the greedy (T=0) rows only (TRAIN_ROWS; the v2 drafters trained on all rows).
-# Knobs: ROWS (rows of the training file, the first 64 held out), REUSE_FEATS (a feature cache to link shards from), TRAIN_ROWS (greedy: default, a file of the
-# first turns' greedy rows; all: the mixed file, as v2; sampled; greedy-fixed: the greedy first turns and ShareGPT's
+# Knobs: ROWS (rows of the training file, the first 64 held out), LAYERS (drafter layers, 1), REUSE_FEATS (a feature cache to link shards from), TRAIN_ROWS (greedy: default, a file of the
+# first turns' greedy rows; allgreedy: the committed packs' 4 320 greedy first turns (ROWS=4320); all: the mixed file, as v2; sampled; greedy-fixed: the greedy first turns and ShareGPT's
 # own answers, minus every row whose prompt is a validation prompt — `data merge --held-out`; greedy-turns: the greedy
 # first turns and the later turns of STAGES=scale, minus the later turns of validation conversations), STEPS, LR, GAMMA, HEAD_STEPS, HEAD_LR, OUT (where the drafters
 # go, default models), REGEN_ENGINE (default vllm), REGEN_DTYPE (bfloat16); STAGES (default
@@ -42,6 +42,11 @@ MIXED=data/regen-smollm2/sharegpt-first-fixed.safetensors  # first turns (every 
 MIXED_FEATS=data/cache/features-smollm2-first-fixed
 TRAIN_ROWS=${TRAIN_ROWS:-greedy}
 ROW_KIND=${TRAIN_ROWS%%-*}  # what the trainer's --train-rows keeps (fixed answers count as greedy rows)
+LAYERS=${LAYERS:-1}  # drafter layers (one since v2: docs/results/curves-smollm2-kd-mix.md; depth again: curves-smollm2-v6-depth)
+if [[ $TRAIN_ROWS == allgreedy ]]; then  # the committed packs (data/packs/): 4 320 greedy first turns, all greedy,
+  # validated on the 64 rows of the v5 layout packed beside them — no answering on a fresh disk
+  ROW_KIND=greedy MIXED=data/regen-smollm2/sharegpt-first-val64.safetensors MIXED_FEATS=data/cache/features-smollm2-first-val64
+fi
 if [[ $TRAIN_ROWS == all ]]; then  # the v2 drafters: the mixed file's first ROWS rows, validated on its first 64
   DATA=$MIXED FEATS=$MIXED_FEATS VAL=""
 else  # a file of the first turns' greedy (or sampled) rows alone, so features are extracted for those only;
@@ -93,7 +98,9 @@ $L data merge data/regen-smollm2/sharegpt-first.safetensors data/regen-smollm2/s
 fi
 if [[ $STAGES == *data* ]]; then
 [ -f $MIXED ] || { echo "$MIXED missing: make it first with STAGES=first (its first turns and fixed answers; STAGES=scale also answers the later turns)"; exit 2; }
-if [[ $TRAIN_ROWS == *-fixed || $TRAIN_ROWS == *-turns ]]; then  # minus every row continuing a validation prompt
+if [[ $TRAIN_ROWS == allgreedy ]]; then
+  [ -f $DATA ] || { echo "$DATA missing: its pack data/packs/smollm2-sharegpt-first-allgreedy.answers.safetensors is unpacked above"; exit 2; }
+elif [[ $TRAIN_ROWS == *-fixed || $TRAIN_ROWS == *-turns ]]; then  # minus every row continuing a validation prompt
   [ -f $DATA ] || $L data merge data/regen-smollm2/sharegpt-first.safetensors \
     data/regen-smollm2/sharegpt-${TRAIN_ROWS#*-}.safetensors --rows $ROW_KIND --held-out $MIXED --out $DATA
 else
@@ -110,7 +117,7 @@ $L data features --target $TARGET --data $DATA --out $FEATS --max-sequences $ROW
 fi
 
 COMMON="--target $TARGET --data $DATA --features $FEATS --max-sequences $ROWS --steps $STEPS --batch-size 8
-  --anchors 16 --train-vocab 8192 --block-size 8 --num-layers 1 --lr $LR --gamma $GAMMA --seed 0 --threads 1
+  --anchors 16 --train-vocab 8192 --block-size 8 --num-layers $LAYERS --lr $LR --gamma $GAMMA --seed 0 --threads 1
   --train-rows $ROW_KIND $VAL --val-every 200 --checkpoint-minutes 5"
 HEAD="--candidate-topk 8 --head-hidden-size 128 --head-layers 2 --head-heads 4 --factor-dim 64 --logit-scale 8"
 LILI="$HEAD --clip-per-module --head-grad-to-backbone 0.25 --w-distill 0.25"
