@@ -11,7 +11,6 @@ prompts file, tokenizer or chat template is named, not silently trained on.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, fields, replace
 from pathlib import Path
@@ -21,14 +20,10 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from lilicorr.data.atomic import atomic_write, atomic_write_text
-from lilicorr.training.regenerate import SHARD_KEYS, RegenConfig, file_sha, load_regenerated, row_layout, shard_tensors
+from lilicorr.training.regenerate import RegenConfig, file_sha, load_regenerated, row_layout, shard_tensors
 
 PACK_KEY = "lilicorr_answer_pack"  # the safetensors metadata entry holding the pack's JSON facts
 FORMAT = 1
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def pack_answers(data: str | Path, out: str | Path) -> dict:
@@ -54,7 +49,7 @@ def pack_answers(data: str | Path, out: str | Path) -> dict:
         "rows": int(tokens.shape[0]),
         "answer_tokens": int(lengths.sum()),
         "config": cfg,
-        "prompts_sha256": _sha256(Path(cfg["prompts"])) if cfg.get("prompts") else None,
+        "prompts_sha256": file_sha(Path(cfg["prompts"])) if cfg.get("prompts") else None,
         "engines": meta.get("engines"),
     }
     packed = {"answers": answers.to(dtype), "lengths": lengths, "sampled": tensors["sampled"].bool()}
@@ -96,8 +91,9 @@ def unpack_answers(pack: str | Path, target: str, out: str | Path | None = None,
     out = Path(out or facts["source"])
     meta_path = out.with_suffix(out.suffix + ".json")
     if out.exists():
-        if file_sha(out) != facts["source_sha256"]:
-            raise ValueError(f"{out}: exists with other data than the pack's (sha256 {file_sha(out)[:16]}, packed "
+        found = file_sha(out)
+        if found != facts["source_sha256"]:
+            raise ValueError(f"{out}: exists with other data than the pack's (sha256 {found[:16]}, packed "
                              f"{facts['source_sha256'][:16]}); not overwritten — pass another --out")  # fmt: skip
         if meta_path.exists():
             return json.loads(meta_path.read_text()) | {"unpacked": False}
@@ -107,8 +103,9 @@ def unpack_answers(pack: str | Path, target: str, out: str | Path | None = None,
     if cfg.prompts:
         if not Path(cfg.prompts).exists():
             raise FileNotFoundError(f"{cfg.prompts}: the pack's prompts file is missing (`lilicorr data prompts`)")
-        if facts.get("prompts_sha256") and _sha256(Path(cfg.prompts)) != facts["prompts_sha256"]:
-            raise ValueError(f"{cfg.prompts}: sha256 {_sha256(Path(cfg.prompts))[:16]} differs from the pack's "
+        found = file_sha(Path(cfg.prompts))
+        if facts.get("prompts_sha256") and found != facts["prompts_sha256"]:
+            raise ValueError(f"{cfg.prompts}: sha256 {found[:16]} differs from the pack's "
                              f"prompts file {facts['prompts_sha256'][:16]}")  # fmt: skip
     jobs, length, pad, _ = row_layout(cfg)
     if len(jobs) != facts["rows"]:
@@ -116,8 +113,7 @@ def unpack_answers(pack: str | Path, target: str, out: str | Path | None = None,
     offsets = [0, *torch.cumsum(tensors["lengths"].long(), 0).tolist()]
     flat = tensors["answers"].long().tolist()
     answers = {j.index: flat[offsets[i] : offsets[i + 1]] for i, j in enumerate(jobs)}
-    rebuilt = shard_tensors(jobs, answers, length, pad)
-    rebuilt = {k: rebuilt[k] for k in SHARD_KEYS}
+    rebuilt = shard_tensors(jobs, answers, length, pad)  # the keys and order `regenerate` saves (SHARD_KEYS)
     if not torch.equal(rebuilt["sampled"], tensors["sampled"]):
         raise ValueError(f"{pack}: the rows' sampled flags differ from the config's (sampled_fraction)")
 
