@@ -15,7 +15,8 @@
 # curves-smollm2-kd-mix.md): 16 anchors per row, an 8 k training vocabulary, slot decay γ = 1, one drafter layer
 # (v2), lr 1e-3 since v5 (3e-3 through v4; curves-smollm2-glr.md: 16 minutes on the whole greedy set), and since v3
 # the greedy (T=0) rows only (TRAIN_ROWS; the v2 drafters trained on all rows).
-# Knobs: ROWS (rows of the training file, the first 64 held out), LAYERS (drafter layers, 1), REUSE_FEATS (a feature cache to link shards from), TRAIN_ROWS (greedy: default, a file of the
+# Knobs: ROWS (rows of the training file, the first 64 held out), LAYERS (drafter layers, 1), DFLASH_FROM (a finished
+# drafter folder shipped as smollm2-dflash instead of training it), REUSE_FEATS (a feature cache to link shards from), TRAIN_ROWS (greedy: default, a file of the
 # first turns' greedy rows; allgreedy: the committed packs' 4 320 greedy first turns (ROWS=4320); all: the mixed file, as v2; sampled; greedy-fixed: the greedy first turns and ShareGPT's
 # own answers, minus every row whose prompt is a validation prompt — `data merge --held-out`; greedy-turns: the greedy
 # first turns and the later turns of STAGES=scale, minus the later turns of validation conversations), STEPS, LR, GAMMA, HEAD_STEPS, HEAD_LR, OUT (where the drafters
@@ -128,6 +129,14 @@ train() {  # NAME ARGS...: train OUT/NAME unless it is there (resumes its run fo
   $L train draft "$@" --out $OUT/$name --run-dir runs/train/$name --resume > runs/train/$name.log 2>&1
 }
 if [[ $STAGES == *main* || $STAGES == *conv* || $STAGES == *heads* ]]; then
+# DFLASH_FROM: a finished drafter folder shipped as the DFlash backbone instead of training it here (v6: the 80-minute
+# 2-layer curve run, `scripts/curves_smollm2.sh v5-greedy-d2` — this recipe with the lr schedule spread over 80
+# minutes, 7 971 steps, in place of STEPS); the heads then start on it at once
+if [[ -n ${DFLASH_FROM:-} && ! -f $OUT/smollm2-dflash/config.json ]]; then
+  [ -f "$DFLASH_FROM/config.json" ] || { echo "DFLASH_FROM=$DFLASH_FROM: no finished drafter (config.json) there"; exit 2; }
+  mkdir -p $OUT && rm -rf $OUT/smollm2-dflash.tmp && cp -r "$DFLASH_FROM" $OUT/smollm2-dflash.tmp
+  mv $OUT/smollm2-dflash.tmp $OUT/smollm2-dflash
+fi
 if [[ $STAGES == *main* ]]; then
   train smollm2-lilicorr $COMMON $LILI --mode lilicorr &
 fi
