@@ -15,7 +15,8 @@
 # curves-smollm2-kd-mix.md): 16 anchors per row, an 8 k training vocabulary, slot decay γ = 1, one drafter layer
 # (v2), lr 1e-3 since v5 (3e-3 through v4; curves-smollm2-glr.md: 16 minutes on the whole greedy set), and since v3
 # the greedy (T=0) rows only (TRAIN_ROWS; the v2 drafters trained on all rows).
-# Knobs: ROWS (rows of the training file, the first 64 held out), LAYERS (drafter layers, 1), DFLASH_FROM (a finished
+# Knobs: ROWS (rows of the training file, the first 64 held out), LAYERS (drafter layers, 1), TRAIN_THREADS (threads per
+# training process, 1: set 2 when one stage trains alone, e.g. STAGES=conv), DFLASH_FROM (a finished
 # drafter folder shipped as smollm2-dflash instead of training it), REUSE_FEATS (a feature cache to link shards from), TRAIN_ROWS (greedy: default, a file of the
 # first turns' greedy rows; allgreedy: the committed packs' 4 320 greedy first turns (ROWS=4320); all: the mixed file, as v2; sampled; greedy-fixed: the greedy first turns and ShareGPT's
 # own answers, minus every row whose prompt is a validation prompt — `data merge --held-out`; greedy-turns: the greedy
@@ -43,6 +44,7 @@ MIXED=data/regen-smollm2/sharegpt-first-fixed.safetensors  # first turns (every 
 MIXED_FEATS=data/cache/features-smollm2-first-fixed
 TRAIN_ROWS=${TRAIN_ROWS:-greedy}
 ROW_KIND=${TRAIN_ROWS%%-*}  # what the trainer's --train-rows keeps (fixed answers count as greedy rows)
+TRAIN_THREADS=${TRAIN_THREADS:-1}  # threads per training process (the stages run one process a core; 2 for a lone stage)
 LAYERS=${LAYERS:-1}  # drafter layers (one since v2: docs/results/curves-smollm2-kd-mix.md; depth again: curves-smollm2-v6-depth)
 if [[ $TRAIN_ROWS == allgreedy ]]; then  # the committed packs (data/packs/): 4 320 greedy first turns, all greedy,
   # validated on the 64 rows of the v5 layout packed beside them — no answering on a fresh disk
@@ -118,7 +120,7 @@ $L data features --target $TARGET --data $DATA --out $FEATS --max-sequences $ROW
 fi
 
 COMMON="--target $TARGET --data $DATA --features $FEATS --max-sequences $ROWS --steps $STEPS --batch-size 8
-  --anchors 16 --train-vocab 8192 --block-size 8 --num-layers $LAYERS --lr $LR --gamma $GAMMA --seed 0 --threads 1
+  --anchors 16 --train-vocab 8192 --block-size 8 --num-layers $LAYERS --lr $LR --gamma $GAMMA --seed 0 --threads $TRAIN_THREADS
   --train-rows $ROW_KIND $VAL --val-every 200 --checkpoint-minutes 5"
 HEAD="--candidate-topk 8 --head-hidden-size 128 --head-layers 2 --head-heads 4 --factor-dim 64 --logit-scale 8"
 LILI="$HEAD --clip-per-module --head-grad-to-backbone 0.25 --w-distill 0.25"
