@@ -54,3 +54,21 @@ def test_gguf_export_errors_are_named(lilicorr_draft, tmp_path):
     with pytest.raises(ValueError, match="not a Hugging Face model folder"):
         export_gguf(lilicorr_draft, tmp_path / "nothing", tmp_path / "d.gguf")
     assert not (tmp_path / "d.gguf").exists()
+
+
+def test_gguf_export_refuses_a_convolution_drafter_by_name(lilicorr_draft, tmp_path):
+    """llama.cpp would read the convolution as DFlash2 and fail on the selector keys it lacks: refused up front,
+    naming the config field, and no file is written."""
+    import json
+    import shutil
+
+    from lilicorr.export.gguf import export_gguf
+
+    conv = tmp_path / "conv"
+    shutil.copytree(lilicorr_draft, conv)
+    cfg = json.loads((conv / "config.json").read_text())
+    cfg["dflash_config"] |= {"conv_kernel_size": 2, "conv_group_size": 16}
+    (conv / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=r"config\.json: dflash_config\.conv_kernel_size=2 .*DFlash2's selector"):
+        export_gguf(conv, TARGET, tmp_path / "d.gguf")
+    assert not (tmp_path / "d.gguf").exists() and not list(tmp_path.glob(".*.tmp"))

