@@ -38,3 +38,16 @@ def test_table_reads_the_greedy_tau_at_equal_minutes_and_at_equal_positions(tmp_
     assert cell(row_fast, "greedy τ at 1.50 M positions") == "1.3000"
     assert cell(row_slow, "greedy τ at 1.50 M positions") == "1.5000"
     assert cell(row_slow, "τ est. at 20.0 min") == "1.2000"  # all rows, as before
+
+
+def test_a_run_resumed_with_other_threads_shows_each_count(tmp_path: Path) -> None:
+    """Its minutes mix thread counts, so the threads column names them in order instead of the first start's."""
+    kept = _run(tmp_path, "kept", [(100, 10.0, 1_000_000, 1.10, 1.20)])
+    moved = _run(tmp_path, "moved", [(100, 10.0, 1_000_000, 1.10, 1.20)])
+    with (moved / "train.log").open("a") as log:  # resumed twice, with 2 threads
+        for _ in range(2):
+            log.write(json.dumps({"event": "start", "config": {"data": "d.safetensors", "threads": 2}}) + "\n")
+    header, _, row_kept, row_moved = curves_table([kept, moved]).strip().splitlines()
+    col = [c.strip() for c in header.strip("|").split("|")].index("threads")
+    assert [c.strip() for c in row_kept.strip("|").split("|")][col] == "1"
+    assert [c.strip() for c in row_moved.strip("|").split("|")][col] == "1→2"

@@ -59,3 +59,29 @@ def test_checkpoints_without_a_config_still_resume(tmp_path):
     legacy.close()
     resumed, _ = _run(tmp_path, {"lr": 1.0}, resume=True)
     assert resumed.step == 1
+
+
+def test_each_resumed_segment_keeps_its_thread_count(tmp_path):
+    """A run resumed with other threads records both, and the card names each stretch instead of reporting the
+    last segment's threads for the whole wall time."""
+    from lilicorr.training.draft_card import _threads
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        first, _ = _run(tmp_path, {"lr": 1.0}, resume=False)
+        first.finish_step({"loss": 1.0})
+        first.close()
+        torch.set_num_threads(2)
+        again, _ = _run(tmp_path, {"lr": 1.0}, resume=True)
+        again.finish_step({"loss": 1.0})
+        again.close()
+        third, _ = _run(tmp_path, {"lr": 1.0}, resume=True)  # same threads again: one stretch with the second
+    finally:
+        torch.set_num_threads(before)
+    segments = third.state["segments"]
+    assert segments == [{"from_step": 0, "threads": 1}, {"from_step": 1, "threads": 2}, {"from_step": 2, "threads": 2}]
+    summary = {"threads": 2, "segments": segments}
+    assert _threads(summary, {"threads": 2}) == "1 thread(s) from step 0, then 2 thread(s) from step 1"
+    assert _threads({"threads": 2, "segments": segments[1:]}, {"threads": 2}) == "2 thread(s)"
+    assert _threads({}, {"threads": 3}) == "3 thread(s)"  # summaries from before segments were recorded

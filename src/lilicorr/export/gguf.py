@@ -13,7 +13,6 @@ llama.cpp has DFlash but no LiLiCorr head: a LiLiCorr drafter is exported as its
 from __future__ import annotations
 
 import copy
-import json
 import os
 import subprocess
 import sys
@@ -78,13 +77,12 @@ def _refuse_convolution(draft_dir: Path) -> None:
     """llama.cpp reads a DFlash config with ``conv_kernel_size`` as DFlash2, whose graph also needs DFlash2's
     selector (``selector_rank``, ``selector_top_k`` and its weights). A LiLiCorr drafter with the convolution has
     no selector, so no llama.cpp architecture runs it: refuse before the converter fails on a missing key."""
-    config = draft_dir / "config.json"
-    if not config.exists():
-        return  # load_draft names the problem
-    dflash = json.loads(config.read_text()).get("dflash_config", {})
-    if dflash.get("conv_kernel_size"):
+    from lilicorr.checkpoint import read_draft_config
+
+    taps = read_draft_config(draft_dir).conv_kernel_size
+    if taps:
         raise ValueError(
-            f"{config}: dflash_config.conv_kernel_size={dflash['conv_kernel_size']} — llama.cpp runs a convolution "
+            f"{draft_dir / 'config.json'}: dflash_config.conv_kernel_size={taps} — llama.cpp runs a convolution "
             "only as DFlash2, which also needs DFlash2's selector (selector_rank, selector_top_k and its weights); "
             "this drafter has none, so there is no llama.cpp architecture for it. Export a drafter without the "
             "convolution (e.g. models/smollm2-lilicorr) for llama.cpp; vLLM and SGLang load this folder as it is."

@@ -54,13 +54,27 @@ def read_curve(run_dir: str | Path) -> list[dict]:
     return points
 
 
+def _start_configs(run_dir: str | Path) -> list[dict]:
+    """The config of every start of a run (its ``train.log``'s ``start`` events: one more per resume)."""
+    lines = (Path(run_dir) / "train.log").read_text().splitlines()
+    return [rec["config"] for rec in map(json.loads, lines) if rec.get("event") == "start"]
+
+
 def run_config(run_dir: str | Path) -> dict:
-    """The config a run started with (its ``train.log``'s ``start`` event; the first one on a resumed run)."""
-    for line in (Path(run_dir) / "train.log").read_text().splitlines():
-        rec = json.loads(line)
-        if rec.get("event") == "start":
-            return rec["config"]
-    return {}
+    """The config a run started with (the first start on a resumed run)."""
+    starts = _start_configs(run_dir)
+    return starts[0] if starts else {}
+
+
+def run_threads(run_dir: str | Path) -> str:
+    """Threads per training process; a run resumed with another count shows each in order (``1→2``), since its
+    minutes mix both."""
+    counts: list[str] = []
+    for cfg in _start_configs(run_dir):
+        t = str(cfg.get("threads") or "all")
+        if not counts or counts[-1] != t:
+            counts.append(t)
+    return "→".join(counts) or "all"
 
 
 def _interpolate(points: list[dict], x: float, key: str = "tau", along: str = "minutes") -> float | None:
@@ -125,7 +139,7 @@ def curves_table(runs: list[str | Path]) -> str:
             extra += f"| {_fmt(last['tau_t1_sampled'])} "
         lines.append(
             f"| {name} | {Path(cfg.get('data', '?')).stem} | {cfg.get('num_layers')} | {cfg.get('anchors')} "
-            f"| {cfg.get('train_vocab') or 'all'} | {cfg.get('threads') or 'all'} | {last['step']} "
+            f"| {cfg.get('train_vocab') or 'all'} | {run_threads(run)} | {last['step']} "
             f"| {last['minutes']:.1f} | {pos / 1e6:.2f} | {rate:.0f} | {eq:.4f} | {last['tau']:.4f} | {kinds} "
             f"{extra}| {last['slot1_acc']:.4f} | {last['neighbour_same']} |"
         )

@@ -392,6 +392,7 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
         "final_val": run.last_val,
         "world": world,
         "threads": torch.get_num_threads(),
+        "segments": state["segments"],  # [{from_step, threads}] per start or resume
         "config": asdict(cfg),
     }
     if rank == 0:

@@ -228,6 +228,17 @@ def moved_config(config: dict, model_dir: Path) -> dict:
     return out
 
 
+def _threads(summary: dict, tc: dict) -> str:
+    """The run's threads; a run resumed with another thread count names each stretch by its first step."""
+    stretches: list[dict] = []
+    for seg in summary.get("segments") or []:
+        if not stretches or stretches[-1]["threads"] != seg["threads"]:
+            stretches.append(seg)
+    if len(stretches) > 1:
+        return ", then ".join(f"{s['threads']} thread(s) from step {s['from_step']}" for s in stretches)
+    return f"{summary.get('threads', tc['threads'])} thread(s)"
+
+
 def write_draft_card(
     model_dir: Path, command: str | None, data_meta: Path, bench: Path | None = None, bench_command: str = ""
 ) -> None:
@@ -300,7 +311,7 @@ def write_draft_card(
         + " |",
         f"| head loss weights | {tc['head_weights']}; head-loss gradient into the backbone × "
         f"{tc.get('head_grad_to_backbone', 1.0):g} |",
-        f"| wall time | {summary['wall_time_s'] / 60:.1f} min, {summary.get('threads', tc['threads'])} thread(s), "
+        f"| wall time | {summary['wall_time_s'] / 60:.1f} min, {_threads(summary, tc)}, "
         f"{summary['world']} process(es) |",
         "",
         "Validation (held-out regenerated sequences, random anchors):",

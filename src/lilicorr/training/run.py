@@ -87,6 +87,11 @@ class TrainRun:
             gen.set_state(ck["gen"])
             self.state = ck["state"]
             tqdm.write(f"resumed from step {self.state['step']}")
+        # Threads may change on resume (RESUMABLE_CHANGES): each segment's count is kept, so that a summary of a
+        # resumed run does not report the last segment's threads for its whole wall time.
+        self.state.setdefault("segments", []).append(
+            {"from_step": self.state["step"], "threads": torch.get_num_threads()}
+        )
         self.log = (self.run_dir / "train.log").open("a") if is_main else None
         self.t0 = time.time() - self.state["elapsed_s"]
         self.last_ckpt = time.time()
