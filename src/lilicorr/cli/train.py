@@ -21,6 +21,53 @@ def _draft(args: argparse.Namespace) -> int:
     return _summary(train_draft(from_args(DraftTrainConfig, args), resume=args.resume))
 
 
+def _campaign(args: argparse.Namespace) -> int:
+    from lilicorr.training.campaign_run import campaign_status, run_campaign
+
+    try:
+        camp = run_campaign(args.config, max_segments=args.max_segments)
+    except (ValueError, FileNotFoundError, RuntimeError) as e:  # a bad file, a second driver, a failed segment
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(campaign_status(camp.run_dir), indent=2))
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from lilicorr.training.campaign_run import campaign_status
+
+    try:
+        status = campaign_status(args.run)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return 0
+    state = "running" if status["running"] else "not running"
+    print(f"campaign {status['campaign']} ({status['run_dir']}): {state}; plan ETA {status['eta_hours']} h")
+    for a in status["arms"]:
+        engine = ", ".join(f"{k} {v['tau']:.3f}" for k, v in (a["engine"] or {}).items()) or "-"
+        print(
+            f"  {a['arm']}: step {a['step']}/{a['plan']}, {a['positions'] or 0:,} positions, {a['hours']} h, "
+            f"held-out tau {a['heldout_tau']} (walk {a['heldout_walk_tau']}), engine {engine}, "
+            f"{a['hours_left']} h left, started {a['started']}"
+        )
+    return 0
+
+
+def _signal(args: argparse.Namespace) -> int:
+    from lilicorr.training.campaign_run import signal_campaign
+
+    try:
+        pgid = signal_campaign(args.run, pause=args.train_cmd == "pause")
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{'paused' if args.train_cmd == 'pause' else 'resumed'} process group {pgid}")
+    return 0
+
+
 def _eval(args: argparse.Namespace) -> int:
     from lilicorr.data.atomic import atomic_write_text
     from lilicorr.training.evaluate import evaluate_draft
@@ -131,6 +178,19 @@ def register(sub) -> None:
         add_options(s, cls)
         s.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
         s.set_defaults(func=func)
+
+    s = train.add_parser("campaign", help="train a campaign's arms for its planned steps, resuming where it stopped")
+    s.add_argument("config", help="campaign TOML file (configs/campaign/)")
+    s.add_argument("--max-segments", type=int, default=0, help="stop after N segments (0: run the plan out)")
+    s.set_defaults(func=_campaign)
+    s = train.add_parser("status", help="a campaign's steps, positions, hours, held-out and engine tau, ETA")
+    s.add_argument("run", help="campaign TOML file or its run folder")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=_status)
+    for name, help_ in (("pause", "SIGSTOP a running campaign (before timing)"), ("resume", "SIGCONT it")):
+        s = train.add_parser(name, help=help_)
+        s.add_argument("run", help="campaign TOML file or its run folder")
+        s.set_defaults(func=_signal)
 
     s = train.add_parser("eval", help="held-out metrics of drafters, as training validates (same rows and blocks)")
     s.add_argument("draft", nargs="+", help="drafter folders, each evaluated on the same blocks")

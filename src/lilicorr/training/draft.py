@@ -345,7 +345,7 @@ def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:
     clip_groups = [g for g in ([p for p in grp if p.requires_grad] for grp in _param_groups(trainable)) if g]
     per_rank = cfg.batch_size // world
     trainable.train()
-    while not run.done:
+    while not run.done and not (cfg.stop_at and run.step >= cfg.stop_at):  # a campaign's segment ends
         for g in opt.param_groups:
             g["lr"] = lr_at(run.step, cfg, run.state["elapsed_s"])
         idx = torch.randint(len(train_rows), (cfg.batch_size,), generator=gen)  # global batch, same on every rank

@@ -57,6 +57,16 @@ class DraftTrainConfig:
     # optimisation
     steps: int = option(1000, "optimiser steps", always=True)
     max_minutes: float = option(0.0, "time budget: stop after N minutes of training, the LR schedule spread over them")
+    # A campaign (``lilicorr train campaign``) plans its LR schedule over many hours but trains in segments, arm
+    # after arm: ``stop_at`` ends this process at a step (checkpointed, the drafter folder written) while the
+    # schedule stays planned over ``steps``; resuming with a later ``stop_at`` continues the same run.
+    stop_at: int = option(0, "stop (checkpoint and write --out) at this step; the LR schedule stays over --steps")
+    # "wsd" (warm-up, stable, decay): a constant LR for most of the plan, decayed linearly over its last
+    # ``decay_ratio``, so a long campaign is not spent at a cosine's vanishing LRs and a warm start from a
+    # finished drafter keeps learning; "cosine" is the recipe of every drafter before the campaign.
+    lr_schedule: str = option("cosine", "cosine (warm-up then cosine to 0) or wsd (warm-up, constant, linear decay)",
+                              choices=("cosine", "wsd"))  # fmt: skip
+    decay_ratio: float = option(0.2, "wsd: share of the plan over which the LR decays linearly to 0")
     batch_size: int = option(8, "global batch (split across torchrun processes)", always=True)
     anchors: int = option(16, "anchors (blocks) per sequence", always=True)
     lr: float = option(6e-4, "peak learning rate", always=True)
@@ -128,6 +138,10 @@ class DraftTrainConfig:
             raise ValueError(f"--train-vocab is for dflash / lilicorr / head (mode {self.mode!r} reads full logits)")
         if self.train_vocab_negatives and not self.train_vocab:
             raise ValueError("--train-vocab-negatives samples the rest of a training vocabulary: pass --train-vocab")
+        if not 0.0 < self.decay_ratio <= 1.0:
+            raise ValueError(f"--decay-ratio {self.decay_ratio}: expected a share in (0, 1]")
+        if self.stop_at < 0:
+            raise ValueError(f"--stop-at {self.stop_at}: expected a step ≥ 0 (0: train to --steps)")
         if self.backbone_frozen and not self.init:
             raise ValueError(f"mode {self.mode!r} on a frozen backbone needs that backbone: pass --init DRAFT_DIR")
 
@@ -138,18 +152,29 @@ def progress(step: int, elapsed_s: float, cfg: DraftTrainConfig) -> float:
     return max(frac, elapsed_s / (60 * cfg.max_minutes)) if cfg.max_minutes else frac
 
 
+def _decayed(frac: float, cfg: DraftTrainConfig) -> float:
+    """The LR factor after warm-up at ``frac`` (0 → 1) of the plan: cosine to 0, or constant then linear to 0."""
+    if cfg.lr_schedule == "wsd":
+        start = 1 - cfg.decay_ratio
+        return 1.0 if frac < start else max(0.0, (1 - frac) / cfg.decay_ratio)
+    prog = min(1.0, (frac - cfg.warmup_ratio) / max(1e-9, 1 - cfg.warmup_ratio))
+    return 0.5 * (1 + math.cos(math.pi * prog))
+
+
 def lr_at(step: int, cfg: DraftTrainConfig, elapsed_s: float = 0.0) -> float:
-    """Linear warm-up over `warmup_ratio` of the run, then cosine to zero; the run is measured in steps, or in
-    minutes under a time budget (``max_minutes``), so runs compared at equal wall time all finish their decay."""
+    """Linear warm-up over `warmup_ratio` of the run, then cosine to zero (or ``wsd``: constant, then a linear
+    decay over the last ``decay_ratio``); the run is measured in steps, or in minutes under a time budget
+    (``max_minutes``), so runs compared at equal wall time all finish their decay."""
     if cfg.max_minutes:
         frac = progress(step, elapsed_s, cfg)
         if frac < cfg.warmup_ratio:
             return cfg.lr * max(frac / cfg.warmup_ratio, 1 / max(1, round(cfg.warmup_ratio * cfg.steps)))
-        prog = min(1.0, (frac - cfg.warmup_ratio) / max(1e-9, 1 - cfg.warmup_ratio))
-        return cfg.lr * 0.5 * (1 + math.cos(math.pi * prog))
+        return cfg.lr * _decayed(frac, cfg)
     warm = max(1, round(cfg.warmup_ratio * cfg.steps))
     if step < warm:
         return cfg.lr * (step + 1) / warm
+    if cfg.lr_schedule == "wsd":
+        return cfg.lr * _decayed(step / max(1, cfg.steps), cfg)
     prog = min(1.0, (step - warm) / max(1, cfg.steps - warm))
     return cfg.lr * 0.5 * (1 + math.cos(math.pi * prog))
 

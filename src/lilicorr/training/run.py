@@ -19,7 +19,8 @@ from tqdm import tqdm
 from lilicorr.data.atomic import atomic_write
 
 # Options that may change between a run and its resumption: where things are written, how often it checkpoints or
-# validates, the threads and the device, and the length (a cut run resumed with more steps or minutes). Everything
+# validates, the threads and the device, and the length (a cut run resumed with more steps or minutes, or a campaign's
+# segment resumed with a later ``stop_at``). Everything
 # else changes what is trained and must match.
 RESUMABLE_CHANGES = frozenset(
     {
@@ -33,6 +34,7 @@ RESUMABLE_CHANGES = frozenset(
         "val_features",
         "steps",
         "max_minutes",
+        "stop_at",
     }
 )
 

@@ -1,0 +1,140 @@
+"""The training campaign: its file is checked key by key, arms alternate at equal steps, the LR plan spans the
+campaign, and a campaign killed at an arbitrary moment resumes to exactly the weights of an uncut one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from lilicorr.training.campaign import arm_step, load_campaign, next_segment
+from lilicorr.training.campaign_run import campaign_status, read_events, run_campaign
+from lilicorr.training.draft_config import DraftTrainConfig, lr_at
+
+
+def _write(tmp: Path, target, data, name="c", steps=4, warm: str | None = None, extra: str = "") -> Path:
+    run_dir = tmp / f"{name}-run"
+    warm_line = f'warm_start = "{warm}"' if warm else ""
+    text = f"""
+name = "{name}"
+run_dir = "{run_dir}"
+steps = {steps}
+segment_steps = 2
+threads = 1
+[train]
+target = "{target}"
+data = "{data}"
+block_size = 4
+candidate_topk = 4
+head_layers = 1
+head_heads = 2
+factor_dim = 16
+num_layers = 1
+batch_size = 4
+anchors = 4
+lr = 3e-3
+val_sequences = 8
+bf16 = false
+checkpoint_minutes = 0.0
+lr_schedule = "wsd"
+{extra}
+[arms.df]
+mode = "dflash"
+{warm_line}
+[arms.lc]
+mode = "lilicorr"
+"""
+    path = tmp / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_campaign_file_is_checked_key_by_key(tmp_path):
+    good = _write(tmp_path, "t", "d")
+    camp = load_campaign(good)
+    assert [a.name for a in camp.arms] == ["df", "lc"] and camp.steps == 4
+    typo = _write(tmp_path, "t", "d", name="typo", extra="anchros = 3")
+    with pytest.raises(ValueError, match=r"typo\.toml \[train\]: unknown key\(s\) anchros"):
+        load_campaign(typo)
+    managed = _write(tmp_path, "t", "d", name="managed", extra="stop_at = 3")
+    with pytest.raises(ValueError, match="stop_at set by the campaign"):
+        load_campaign(managed)
+    bad_value = _write(tmp_path, "t", "d", name="bad", extra="decay_ratio = 0.0")
+    with pytest.raises(ValueError, match="--decay-ratio 0.0"):  # an option's own check, at load, not hours later
+        load_campaign(bad_value)
+    with pytest.raises(FileNotFoundError, match="no campaign file"):
+        load_campaign(tmp_path / "missing.toml")
+
+
+def test_wsd_holds_the_lr_then_decays_it_linearly():
+    cfg = DraftTrainConfig(target="t", data="d", out="o", mode="dflash", steps=100, lr=1.0, warmup_ratio=0.1,
+                           lr_schedule="wsd", decay_ratio=0.2)  # fmt: skip
+    assert lr_at(0, cfg) == pytest.approx(0.1)  # warm-up
+    assert lr_at(10, cfg) == lr_at(79, cfg) == 1.0  # stable
+    assert lr_at(90, cfg) == pytest.approx(0.5) and lr_at(100, cfg) == 0.0  # linear decay over the last 20 %
+    cosine = DraftTrainConfig(target="t", data="d", out="o", mode="dflash", steps=100, lr=1.0, warmup_ratio=0.1)
+    assert lr_at(55, cosine) == pytest.approx(0.5, abs=1e-6)  # the v6 recipe is unchanged
+
+
+def _model(run_dir: Path, arm: str) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / "runs" / arm / "checkpoint.pt", weights_only=False)["model"]
+
+
+def test_a_killed_campaign_resumes_to_the_uncut_campaigns_weights(tiny_target_dir, regen_data, tmp_path):
+    """The arms alternate two steps at a time; the driver is SIGKILLed mid-plan (wherever it is: inside a step,
+    a checkpoint write, between segments) and run again: the weights equal an uncut campaign's exactly, since
+    every step was checkpointed (checkpoint_minutes 0) — nothing is lost beyond the last checkpoint."""
+    uncut = _write(tmp_path, tiny_target_dir, regen_data, name="uncut")
+    camp = run_campaign(uncut, in_process=True)
+    segments = [(e["arm"], e["from"], e["to"]) for e in read_events(camp.run_dir) if e["event"] == "segment"]
+    assert segments == [("df", 0, 2), ("lc", 0, 2), ("df", 2, 4), ("lc", 2, 4)]
+    assert next_segment(camp) is None and all(arm_step(camp, a) == 4 for a in camp.arms)
+
+    cut = _write(tmp_path, tiny_target_dir, regen_data, name="cut")
+    code = f"from lilicorr.training.campaign_run import run_campaign; run_campaign({str(cut)!r}, in_process=True)"
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stdout=subprocess.DEVNULL)
+    ck = tmp_path / "cut-run" / "runs" / "lc" / "checkpoint.pt"
+    deadline = time.time() + 120
+    while not ck.exists() and proc.poll() is None and time.time() < deadline:  # cut inside the second arm
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    cut_camp = load_campaign(cut)
+    assert arm_step(cut_camp, cut_camp.arm("df")) < 4  # the cut left the plan unfinished
+    run_campaign(cut, in_process=True)  # the same command resumes (the killed driver's pid file is stale)
+    resumed_at = [e["steps"] for e in read_events(cut_camp.run_dir) if e["event"] == "start"][-1]
+    assert resumed_at["df"] >= 2 and resumed_at["lc"] >= 1  # continued from the checkpoints, not from step 0
+    for arm in ("df", "lc"):
+        a, b = _model(camp.run_dir, arm), _model(cut_camp.run_dir, arm)
+        assert a.keys() == b.keys()
+        for k in a:
+            assert torch.equal(a[k], b[k]), f"{arm} {k} differs after the cut"
+    status = campaign_status(cut_camp.run_dir)
+    assert [a["step"] for a in status["arms"]] == [4, 4] and not status["running"]
+    assert {a["started"] for a in status["arms"]} == {"from_scratch"}
+
+
+def test_a_lost_disk_warm_starts_from_the_shipped_folder_and_says_so(tiny_target_dir, regen_data, tmp_path):
+    first = run_campaign(_write(tmp_path, tiny_target_dir, regen_data, name="first", steps=2), in_process=True)
+    shipped = first.arm_out(first.arm("df"))  # a finished drafter folder, as models/ would hold
+    camp = run_campaign(
+        _write(tmp_path, tiny_target_dir, regen_data, name="warm", steps=2, warm=str(shipped)), in_process=True
+    )
+    warm = [e for e in read_events(camp.run_dir) if e["event"] == "warm_start"]
+    assert [(e["arm"], e["from"], e["its_steps"]) for e in warm] == [("df", str(shipped), 2)]
+    assert campaign_status(camp.run_dir)["arms"][0]["started"] == "warm_start"
+
+
+def test_a_second_driver_on_the_same_campaign_is_refused(tmp_path):
+    path = _write(tmp_path, "t", "d", name="busy")
+    run_dir = tmp_path / "busy-run"
+    run_dir.mkdir()
+    (run_dir / "campaign.pid").write_text(f"{os.getppid()} {os.getpgid(0)}\n")  # a live process: the test runner's
+    with pytest.raises(RuntimeError, match="already running"):
+        run_campaign(path, in_process=True)
