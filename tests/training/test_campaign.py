@@ -138,3 +138,38 @@ def test_a_second_driver_on_the_same_campaign_is_refused(tmp_path):
     (run_dir / "campaign.pid").write_text(f"{os.getppid()} {os.getpgid(0)}\n")  # a live process: the test runner's
     with pytest.raises(RuntimeError, match="already running"):
         run_campaign(path, in_process=True)
+
+
+def test_promotion_needs_a_lead_on_both_measures_and_is_capped(tiny_target_dir, regen_data, tmp_path):
+    import json
+
+    from lilicorr.training.campaign_promote import MAX_PROMOTIONS, compare_for_promotion, promote
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": "def f(x):" * (i + 1), "category": "code"}) + "\n"
+                               for i in range(2)))  # fmt: skip
+    shipped = run_campaign(_write(tmp_path, tiny_target_dir, regen_data, name="old", steps=2), in_process=True)
+    ship_dir = tmp_path / "models" / "df"
+    import shutil
+
+    shutil.copytree(shipped.arm_out(shipped.arm("df")), ship_dir)
+    engine = f'[engine]\nprompts = "{prompts}"\nnum_prompts = 2\nmax_new_tokens = 8\n'
+    path = _write(tmp_path, tiny_target_dir, regen_data, name="new", steps=4)
+    path.write_text(path.read_text().replace("[arms.df]", f'{engine}[arms.df]\npromote_to = "{ship_dir}"'))
+    camp = run_campaign(path, in_process=True)
+    arm = camp.arm("df")
+    decision = compare_for_promotion(camp, arm, margin=1.0, num_prompts=2)  # a 100 % lead: not had
+    assert set(decision["heldout_tau"]) == set(decision["engine_tau"]) == {"shipped", "candidate"}
+    assert decision["step"] == 4 and not decision["promote"]
+    with pytest.raises(ValueError, match="not ahead"):
+        promote(camp, decision)
+    assert json.loads((ship_dir / "training_summary.json").read_text())["steps"] == 2  # untouched
+    anyway = {**decision, "promote": True}  # as a decision that passed would read
+    for _ in range(MAX_PROMOTIONS):
+        promote(camp, anyway)
+    assert json.loads((ship_dir / "training_summary.json").read_text())["steps"] == 4  # the candidate's weights
+    record = json.loads((ship_dir / "campaign.json").read_text())["promotions"]
+    assert len(record) == MAX_PROMOTIONS and record[0]["campaign"] == "new" and record[0]["step"] == 4
+    with pytest.raises(ValueError, match="already promoted 2 times"):
+        promote(camp, anyway)
+    assert not list(ship_dir.parent.glob("*.promoting")) and not list(ship_dir.parent.glob("*.retired"))

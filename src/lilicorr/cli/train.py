@@ -68,6 +68,24 @@ def _signal(args: argparse.Namespace) -> int:
     return 0
 
 
+def _promote(args: argparse.Namespace) -> int:
+    from lilicorr.training.campaign import load_campaign
+    from lilicorr.training.campaign_promote import compare_for_promotion, promote
+
+    try:
+        camp = load_campaign(args.config)
+        decision = compare_for_promotion(camp, camp.arm(args.arm), args.margin, args.num_prompts)
+        print(json.dumps(decision, indent=2))
+        with (camp.run_dir / "promote" / "decisions.jsonl").open("a") as log:
+            log.write(json.dumps(decision) + "\n")
+        if args.apply:
+            print(f"promoted: {promote(camp, decision)} (now rewrite its card: lilicorr card draft)")
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _eval(args: argparse.Namespace) -> int:
     from lilicorr.data.atomic import atomic_write_text
     from lilicorr.training.evaluate import evaluate_draft
@@ -183,6 +201,13 @@ def register(sub) -> None:
     s.add_argument("config", help="campaign TOML file (configs/campaign/)")
     s.add_argument("--max-segments", type=int, default=0, help="stop after N segments (0: run the plan out)")
     s.set_defaults(func=_campaign)
+    s = train.add_parser("promote", help="compare a campaign arm with its shipped folder; --apply replaces it if ahead")
+    s.add_argument("config", help="campaign TOML file")
+    s.add_argument("arm", help="the arm (its [arms.NAME] table)")
+    s.add_argument("--margin", type=float, default=0.03, help="required lead on held-out AND engine tau (0.03: 3 %%)")
+    s.add_argument("--num-prompts", type=int, default=36, help="engine prompts (round-robin over the categories)")
+    s.add_argument("--apply", action="store_true", help="replace the shipped folder when the decision says so")
+    s.set_defaults(func=_promote)
     s = train.add_parser("status", help="a campaign's steps, positions, hours, held-out and engine tau, ETA")
     s.add_argument("run", help="campaign TOML file or its run folder")
     s.add_argument("--json", action="store_true")
