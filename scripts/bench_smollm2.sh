@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The SmolLM2 comparison behind docs/results/smollm2.md: every shipped SmolLM2 drafter and head on MT-Bench
+# The SmolLM2 comparison behind docs/results/smollm2-drafters.md: every shipped SmolLM2 drafter and head on MT-Bench
 # (8 categories) + HumanEval, round-robin PER_CAT prompts per category, T = 0 and 1, batch 1, in one
 # process beside AR and transformers' generate(). Run it alone on the machine (timings). Resumable. Knobs:
 # PER_CAT (prompts per category; ≥ 4 for the ≥ 32 prompts the drafters issue asks), MAX_NEW, DTYPE, QUANT,
 # EXTRA_DRAFTS, EXTRA_ARMS, ARMS_ONLY (a subset of the arms below, e.g. the selectors on the frozen backbone
-# after a retrain), OUT, PAGE (the results page, default docs/results/smollm2.md), TITLE, NOTES.
+# after a retrain), OUT, PAGE (the results page, default docs/results/smollm2-drafters.md), TITLE, NOTES.
 PER_CAT=${PER_CAT:-4}  # 36 prompts
 source "$(dirname "$0")/eval_prompts.sh"
 OUT=${OUT:-runs/bench-smollm2}
@@ -47,5 +47,5 @@ $L bench --target models/smollm2-135m-instruct "${DRAFTS[@]/#/--draft=}" --only 
 KNOBS=""
 for k in PER_CAT MAX_NEW DTYPE QUANT EXTRA_DRAFTS EXTRA_ARMS ARMS_ONLY PAGE TITLE NOTES; do [ -z "${!k:-}" ] || KNOBS+="$k='${!k}' "; done
 [ "$OUT" = runs/bench-smollm2 ] || KNOBS+="OUT='$OUT' "
-$L report "$OUT/results.json" --out ${PAGE:-docs/results/smollm2.md} --title "${TITLE:-Results: SmolLM2-135M-Instruct drafters}" \
-  --baseline smollm2-dflash --command "${KNOBS}scripts/bench_smollm2.sh" --notes ${NOTES:-docs/results/smollm2-notes.md}
+$L report "$OUT/results.json" --out ${PAGE:-docs/results/smollm2-drafters.md} --title "${TITLE:-Results: SmolLM2-135M-Instruct drafters}" \
+  --baseline smollm2-dflash --command "${KNOBS}scripts/bench_smollm2.sh" --notes ${NOTES:-docs/results/smollm2-drafters-notes.md}

@@ -8,7 +8,7 @@
 # (--paired-ar): this machine's speed drifts by tens of percent over minutes. Run it alone on the machine.
 # Resumable (runs/bench-speed/parts). Knobs: PER_CAT (prompts per category, default 4: 36 prompts), TEMPS
 # (default "0 1"), SWEEP (0: no throughput sweep), ONLY_ARMS (a subset of the arms below, space-separated),
-# DTYPE (engine dtype, default auto), PAGE and NOTES (the page written, and the notes it includes), VOCABS (draft
+# DTYPE (engine dtype, default auto), PAGE, NOTES and TITLE (the page written, the notes it includes, its title), VOCABS (draft
 # vocabulary sizes: each drafting arm also as ARM@vN, drafting from the folder's draft_vocab.json), GATE (1: each
 # drafting arm without adaptive verification also as ARM+gate, with the measured draft gate alone).
 # NAME:default is exactly what `generate --draft` / `make run` / `serve` run (decoding.config.FASTEST);
@@ -25,11 +25,11 @@ SWEEP_ARGS=(--sweep-concurrency 1 2 4 8 16 32 --sweep-input-lens 128 1024 --swee
 [ "${SWEEP:-1}" = 1 ] || SWEEP_ARGS=(--no-sweep)
 # the command the page records: the script with the knobs this run was given
 KNOBS=""
-for k in PER_CAT TEMPS SWEEP ONLY_ARMS DTYPE PAGE NOTES VOCABS GATE; do [ -z "${!k:-}" ] || KNOBS+="$k='${!k}' "; done
+for k in PER_CAT TEMPS SWEEP ONLY_ARMS DTYPE PAGE NOTES TITLE VOCABS GATE; do [ -z "${!k:-}" ] || KNOBS+="$k='${!k}' "; done
 [ "$OUT" = runs/bench-speed ] || KNOBS+="OUT='$OUT' "
 $L bench --target models/smollm2-135m-instruct --draft models/$D --draft models/$LL --draft models/$C \
   --only "${ARMS[@]}" --tree-budgets 16 --paired-ar ${VOCABS:+--draft-vocab-sizes $VOCABS} ${GATE:+--with-draft-gate} \
   --prompts data/prompts/eval-mt-bench-humaneval.jsonl --num-prompts $((9 * PER_CAT)) --max-new-tokens $MAX_NEW \
   --temperatures ${TEMPS:-0 1} --dtype ${DTYPE:-auto} --threads 2 "${SWEEP_ARGS[@]}" --out "$OUT"
-$L report "$OUT/results.json" --out ${PAGE:-docs/results/smollm2-speed.md} --title "Results: speed on SmolLM2-135M-Instruct" \
+$L report "$OUT/results.json" --out ${PAGE:-docs/results/smollm2-speed.md} --title "${TITLE:-Results: speed of every chain and tree arm on SmolLM2-135M-Instruct}" \
   --baseline $D --command "${KNOBS}scripts/bench_speed_smollm2.sh" --notes ${NOTES:-docs/results/smollm2-speed-notes.md}

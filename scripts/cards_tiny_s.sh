@@ -1,14 +1,12 @@
 #!/usr/bin/env bash
 # (Re)write the MODEL_CARD.md of every shipped tiny-s drafter from its training summary and the full
 # bench (scripts/bench_tiny_s.sh). The training command in each card is rebuilt from its recorded config.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
+source "$(dirname "$0")/env.sh"
 OUT=${OUT:-runs/bench-tiny-s-full}
 for m in models/tiny-s-dflash models/tiny-s-lilicorr models/tiny-s-lilicorr-decoupled models/tiny-s-dflash-head models/arms/tiny-s-dflash2 \
   models/arms/tiny-s-dspark models/arms/tiny-s-domino models/tiny-s-dflash-long models/tiny-s-lilicorr-long \
   models/tiny-s-dflash-long-head ${EXTRA_MODELS:-}; do
   data=$(python3 -c "import json,sys; print(json.load(open('$m/training_summary.json'))['config']['data'])")
-  .venv/bin/lilicorr card draft "$m" --data-meta "$data.json" --bench "$OUT/results.json" \
+  $L card draft "$m" --data-meta "$data.json" --bench "$OUT/results.json" \
     --bench-command "scripts/bench_tiny_s.sh"
 done

@@ -3,7 +3,7 @@
 # trains for the same budget of minutes (`--max-minutes`, the LR schedule spread over it) on the same
 # regenerated data and cached features, and validates on the same held-out rows and blocks.
 #   scripts/curves_smollm2.sh [RUN ...]      (default: all runs below; a finished run is skipped)
-# Then: lilicorr report --curves runs/curves/A runs/curves/B ... --out docs/results/curves-NAME.png
+# Then: lilicorr report --curves runs/curves/A runs/curves/B ... --out docs/results/smollm2-<topic>.png
 # Knobs: MINUTES (budget per run, 8), ROWS (training rows of the data, 1024), THREADS (each run's threads, in
 # place of the run's own: two runs side by side at 1 thread each), RUNS_DIR (default runs/curves: another keeps
 # a second budget of the same run names apart), VAL_DATA and VAL_FEATS (validation
@@ -12,10 +12,7 @@
 # `lilicorr data merge data/regen-smollm2/sharegpt.safetensors.shards --out data/regen-smollm2/sharegpt-first-head.safetensors`).
 # Needs the first-turn data and its feature cache (STAGES=scale scripts/ship_smollm2.sh, then
 # `lilicorr data features ... --out data/cache/features-smollm2-first`; its first ROWS rows suffice).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
-L=.venv/bin/lilicorr
+source "$(dirname "$0")/env.sh"
 # the committed answer packs (data/packs/): their data files, rebuilt byte for byte where a fresh disk lacks them
 [ -f data/prompts/sharegpt.jsonl ] || $L data prompts sharegpt --out data/prompts/sharegpt.jsonl
 for p in data/packs/*.answers.safetensors; do
@@ -61,7 +58,7 @@ declare -A RUNS=(
   [sparse-g1-d3]="$SPARSE --num-layers 3"
   [sparse-g1-d5]="$SPARSE --num-layers 5"
   # the LiLiCorr head on the frozen shipped DFlash backbone (its lattice holds twice the accepted prefix the walk
-  # finds, docs/results/curves-smollm2-v3.md): budget, width, depth, lr, the distillation term
+  # finds, docs/archive/curves-smollm2-v3.md): budget, width, depth, lr, the distillation term
   [head-ship]="$HEAD"
   [head-w256]="$HEAD --head-hidden-size 256"
   [head-l4]="$HEAD --head-layers 4"
@@ -90,7 +87,7 @@ declare -A RUNS=(
   # same greedy first turns (and `--reuse` links their feature shards), so `v5-greedy` on it is the same baseline; run
   # the two side by side in a new RUNS_DIR, as the greedy-fixed pair ran (equal minutes need equal sharing of the cores).
   [v5-greedy-turns]="$SPARSE --num-layers 1 --lr 1e-3 --max-sequences 1000000"
-  # depth again at a longer budget (docs/results/curves-smollm2-v6-turns-80.md: the one-layer v5 recipe plateaus near
+  # depth again at a longer budget (docs/archive/curves-smollm2-v6-turns-80.md: the one-layer v5 recipe plateaus near
   # 1.68 held-out greedy τ by ≈ 4 000 steps, whichever data): 2 and 3 layers on the same greedy first turns, two
   # side by side at 1 thread, MINUTES=80 as the one-layer run there (validation every 200 steps: it is not training time,
   # but at every 100 it took a third of the wall time)

@@ -1,9 +1,6 @@
-# Sourced by the SmolLM2 bench scripts: the shared environment and the held-out prompt file they read
+# Sourced by the SmolLM2 bench scripts: the shared environment (env.sh) and the held-out prompt file they read
 # (MT-Bench's 8 categories + HumanEval, from the pinned wheels), built once.
-set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
-L=.venv/bin/lilicorr
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 PER_CAT=${PER_CAT:-2}
 MAX_NEW=${MAX_NEW:-32}
 mkdir -p data/prompts

@@ -11,7 +11,7 @@
 #      seed and backbone recipe, in parallel, one thread each
 #   6. ("heads") on the frozen smollm2-dflash backbone, HEAD_STEPS each at HEAD_LR, two at a time: LiLiCorr's head and
 #      the comparison arms (DFlash2's selector, DSpark, Domino)
-# The recipe (chosen from the learning curves at equal wall time, docs/results/curves-smollm2.md and
+# The recipe (chosen from the learning curves at equal wall time, docs/archive/curves-smollm2.md and
 # curves-smollm2-kd-mix.md): 16 anchors per row, an 8 k training vocabulary, slot decay γ = 1, one drafter layer
 # (v2), lr 1e-3 since v5 (3e-3 through v4; curves-smollm2-glr.md: 16 minutes on the whole greedy set), and since v3
 # the greedy (T=0) rows only (TRAIN_ROWS; the v2 drafters trained on all rows).
@@ -27,14 +27,11 @@
 # on 2 cores, so `STAGES="first data main …"` rebuilds a fresh disk without the hours of later turns;
 # "compare": the drafters in OUT against those in models/ on the same held-out blocks, into OUT/eval.json — the
 # check before OUT replaces models/).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
-L=.venv/bin/lilicorr
+source "$(dirname "$0")/env.sh"
 TARGET=models/smollm2-135m-instruct
 ROWS=${ROWS:-4608}
 STEPS=${STEPS:-3600}
-LR=${LR:-1e-3}        # the drafters' (and the co-trained head's) lr: 1e-3 since v5 (docs/results/curves-smollm2-glr.md)
+LR=${LR:-1e-3}        # the drafters' (and the co-trained head's) lr: 1e-3 since v5 (docs/archive/curves-smollm2-glr.md)
 GAMMA=${GAMMA:-1}
 HEAD_STEPS=${HEAD_STEPS:-1200}
 HEAD_LR=${HEAD_LR:-1e-3}
@@ -45,7 +42,7 @@ MIXED_FEATS=data/cache/features-smollm2-first-fixed
 TRAIN_ROWS=${TRAIN_ROWS:-greedy}
 ROW_KIND=${TRAIN_ROWS%%-*}  # what the trainer's --train-rows keeps (fixed answers count as greedy rows)
 TRAIN_THREADS=${TRAIN_THREADS:-1}  # threads per training process (the stages run one process a core; 2 for a lone stage)
-LAYERS=${LAYERS:-1}  # drafter layers (one since v2: docs/results/curves-smollm2-kd-mix.md; depth again: curves-smollm2-v6-depth)
+LAYERS=${LAYERS:-1}  # drafter layers (one since v2: docs/archive/curves-smollm2-kd-mix.md; depth again: docs/results/smollm2-depth.md)
 if [[ $TRAIN_ROWS == allgreedy ]]; then  # the committed packs (data/packs/): 4 320 greedy first turns, all greedy,
   # validated on the 64 rows of the v5 layout packed beside them — no answering on a fresh disk
   ROW_KIND=greedy MIXED=data/regen-smollm2/sharegpt-first-val64.safetensors MIXED_FEATS=data/cache/features-smollm2-first-val64
@@ -147,7 +144,7 @@ if [[ $STAGES == *conv* ]]; then
 fi
 # the heads start when the DFlash backbone they sit on is trained; every selector on the frozen backbone gets the
 # same steps and lr (HEAD_LR: 1e-3, the LiLiCorr head's best at 8 minutes — walk τ 1.731 against 1.679 at 3e-3,
-# docs/results/curves-smollm2-head.md; v3's heads and arms trained 600 steps at 3e-3), in two chains of one thread
+# docs/archive/curves-smollm2-head.md; v3's heads and arms trained 600 steps at 3e-3), in two chains of one thread
 HCOMMON="${COMMON/--steps $STEPS/--steps $HEAD_STEPS} --lr $HEAD_LR --init $OUT/smollm2-dflash"
 ARM="${HCOMMON/--train-vocab 8192/} --freeze-backbone --candidate-topk 8 --arm-rank 64"  # arms: full vocabulary
 {

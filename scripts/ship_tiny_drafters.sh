@@ -7,11 +7,8 @@
 #   tiny-m: 2560 sequences, 1200 steps (to fit a session), the head with the decoupled gradient options,
 #   benched on 16 prompts without long ones.
 # Knobs: STEPS, NUM_SEQ, NUM_PROMPTS.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
+source "$(dirname "$0")/env.sh"
 S=${1:?usage: scripts/ship_tiny_drafters.sh tiny-s|tiny-m}
-L=.venv/bin/lilicorr
 TARGET=models/$S
 DATA=data/regen-$S.safetensors
 HEAD="--candidate-topk 8 --head-hidden-size 64 --head-layers 2 --head-heads 4 --factor-dim 64 --logit-scale 8"

@@ -4,11 +4,8 @@
 # train in parallel (one thread each), then a LiLiCorr head is trained on the frozen long DFlash
 # backbone (HEAD_STEPS, default 2000). Every step resumes (--resume) if the session is cut.
 # The co-trained LiLiCorr uses LILICORR_OPTS (default: --clip-per-module --head-grad-to-backbone 0.25,
-# chosen from the 1500-step A/B in scripts/ab_head_gradient.sh; set LILICORR_OPTS="" for the reference).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1
-L=.venv/bin/lilicorr
+# chosen from the 1500-step A/B of docs/results/tiny-s-drafters.md (commit 98548e9: scripts/ab_head_gradient.sh); set LILICORR_OPTS="" for the reference).
+source "$(dirname "$0")/env.sh"
 TARGET=models/tiny-s
 DATA=data/regen-tiny-s-10k.safetensors
 STEPS=${STEPS:-4000}

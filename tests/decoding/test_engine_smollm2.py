@@ -52,6 +52,8 @@ def _reqs(target):
     ]
 
 
+@pytest.mark.slow  # 187 s on 2 loaded cores: plain decoding and 5 drafter runs on the real target; the default
+# configuration's identity test below stays in `make test`
 def test_shipped_smollm2_drafters_are_lossless_at_t0(smollm2):
     target, drafts = smollm2
     ref = build_engine(target).generate(_reqs(target))

@@ -5,7 +5,7 @@ from lilicorr.models.draft import DraftModel
 from lilicorr.models.head import LiLiCorrHead, candidates
 from tests.models.helpers import small_cfg
 
-SCHEME_A_SHAPES = {  # lilicorr.md §A.4 with Hm=32, H=48, K=4, B=6 (S=5), nh=4, M=96, F=16, L=2
+SCHEME_A_SHAPES = {  # docs/guide/head.md (Tensors) with Hm=32, H=48, K=4, B=6 (S=5), nh=4, M=96, F=16, L=2
     "lilicorr.token_proj.weight": (48, 32),
     "lilicorr.token_proj.bias": (48,),
     "lilicorr.pass_hidden_proj.weight": (48, 32),
@@ -107,7 +107,7 @@ def test_candidates_are_sorted_topk_with_full_vocab_logsoftmax():
 
 
 def test_head_matches_explicit_formula():
-    """An independent, loop-based evaluation of lilicorr.md §B for one request."""
+    """An independent, loop-based evaluation of the head's forward (docs/guide/head.md) for one request."""
     head, cfg = _head()
     lat = _lattice(cfg, b=1)
     lat["anchor_valid"] = torch.tensor([True])

@@ -1,4 +1,4 @@
-"""``docs/results/smollm2.md`` and its plots, generated from a bench ``results.json`` — never edited by hand."""
+"""A page (``docs/results/smollm2-drafters.md``) and its plots from a bench ``results.json``; never hand-edited."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Loading is all-or-nothing: the config, the target compatibility and every tensor
 are checked against a model built on the meta device *before* any weight is read, and one
 ``CheckpointError`` names the culprit (field or tensor, expected vs found).
 
-Two tensor-naming schemes exist for the head's MLPs (lilicorr.md §A.4). Scheme A is what vLLM
+Two tensor-naming schemes exist for the head's MLPs (docs/guide/head.md, Tensors). Scheme A is what vLLM
 0.32/0.33 and SGLang 0.5.23 load, so it is what we write; Scheme B (``nn.Sequential`` indices,
 ModelOpt's exporter) is accepted on load and can be written on request.
 """

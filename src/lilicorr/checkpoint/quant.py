@@ -3,7 +3,7 @@
 Why these two: vLLM loads LiLiCorr drafters quantized by ModelOpt (NVFP4) for GPUs, and int8 W8A8 in
 the compressed-tensors format is what CPUs run fast (``torch._int_mm``). Both formats carry an
 exclusion list, and the LiLiCorr head has modules that every engine reads as plain float tensors
-(split, fused or used through ``F.linear`` after load — lilicorr.md §A.5): the lattice attention's
+(split, fused or used through ``F.linear`` after load — docs/guide/head.md): the lattice attention's
 ``in_proj``, ``factor_input_proj``, ``out_head``, ``in_head``, the five-feature MLP and its norm, plus
 all embeddings, norms and biases. Quantizing one of them silently breaks the head in the serving
 engine, so the exporter never does, lists them all as excluded, and the loader refuses, naming the

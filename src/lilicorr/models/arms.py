@@ -1,4 +1,4 @@
-"""Comparison arms: the other draft-time coherence heads on a DFlash backbone (peers.md §1.2, §1.6).
+"""Comparison arms: the other draft-time coherence heads on a DFlash backbone (docs/guide/head.md).
 
 Each reads the backbone's per-slot hidden states and base logits and adds a dependence on the
 previously chosen token, so drafting becomes a cheap sequential walk:

@@ -156,7 +156,7 @@ class VllmAnswerer:
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "4")}
         # vLLM on CPU keeps one core per worker for its scheduler process, which busy-waits there: on a 2-core
         # machine the model then runs on one core. Sharing both cores is 1.3-1.6x faster here (docs/results/
-        # regen-engines.md: 379 vs 284 / 259 tokens/s, AMD EPYC); a caller's own setting wins.
+        # smollm2-regen-engines.md: 379 vs 284 / 259 tokens/s, AMD EPYC); a caller's own setting wins.
         env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         assert self.proc.stdout is not None
