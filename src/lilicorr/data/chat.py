@@ -4,6 +4,11 @@ A row with ``messages`` always gets the target's chat template (with the assista
 a row with a plain ``prompt`` is encoded as raw text, or wrapped as one user message when the
 caller asks for chat (``--chat``). Keeping this in one place is what makes a drafter trained on
 regenerated chat data see, at serving time, exactly the token layout it was trained on.
+
+Raw text starts with the tokenizer's ``<bos>`` where it adds one (``add_bos_token``: Gemma; SmolLM2 and
+the tiny targets add none), as the model saw documents start in pre-training. A target without a chat
+template (a base model such as Gemma 3 270M) takes raw text only: asking for chat is refused, naming
+the target, instead of inventing a template the model never saw.
 """
 
 from __future__ import annotations
@@ -53,11 +58,19 @@ def has_chat_template(tokenizer) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
+def _name(tokenizer) -> str:
+    path = getattr(tokenizer, "name_or_path", "") or ""
+    return f"target {path}" if path else "the target"
+
+
 def chat_ids(tokenizer, messages: object) -> list[int]:
     """Token ids of ``messages`` under the tokenizer's chat template, assistant turn opened."""
     msgs = check_messages(messages)
     if not has_chat_template(tokenizer):
-        raise ChatError("the target's tokenizer has no chat template; send a plain prompt instead")
+        raise ChatError(
+            f"{_name(tokenizer)} has no chat template (a base model: it continues raw text); "
+            "send a plain prompt without --chat / messages"
+        )
     text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
     return tokenizer.encode(text, add_special_tokens=False)
 
@@ -71,4 +84,25 @@ def row_ids(tokenizer, row: dict, chat: bool = False) -> list[int]:
         raise ChatError("a prompt row needs 'messages' (a list) or 'prompt' (a string)", "prompt")
     if chat:
         return chat_ids(tokenizer, [{"role": "user", "content": prompt}])
-    return tokenizer.encode(prompt, add_special_tokens=False)
+    return text_ids(tokenizer, prompt)
+
+
+def text_ids(tokenizer, text: str) -> list[int]:
+    """Raw text as the model saw a document start: ``<bos>`` first where the tokenizer adds one."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is not None and ids[:1] != [bos] and adds_bos(tokenizer):
+        ids = [bos, *ids]
+    return ids
+
+
+def adds_bos(tokenizer) -> bool:
+    """Whether the tokenizer starts text with ``<bos>``: its flag, or what its post-processor does (a reloaded
+    fast tokenizer keeps the post-processor but reports ``add_bos_token`` False). Only the ``<bos>`` is taken:
+    special tokens a tokenizer appends (an ``<eos>``) do not belong in a prompt."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is None:
+        return False
+    return bool(getattr(tokenizer, "add_bos_token", False)) or tokenizer.encode("a", add_special_tokens=True)[:1] == [
+        bos
+    ]

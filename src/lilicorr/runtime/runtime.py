@@ -12,6 +12,7 @@ DFlash convention for taps: layer id ``i`` is the *output* of decoder layer ``i`
 
 from __future__ import annotations
 
+import copy
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from lilicorr.runtime.arch import attention_layout, drafter_support, layer_masks, live_positions, whole_cache
 from lilicorr.runtime.cache import CacheState, compaction_index, gather_columns, should_compact
 from lilicorr.runtime.folder import TargetError, check_folder, eos_ids
 
@@ -27,8 +29,8 @@ def cpu_has_fast_bf16() -> bool:
     """Whether this CPU multiplies bf16 natively: AMX-bf16 (Intel Xeon) or AVX512-BF16 (AMD Zen 4 and later,
     some Intel). Measured on this project's machines: bf16 runs the shipped speculative default 1.36× faster
     than plain fp32 decoding on a 2-core AMD EPYC with AVX512-BF16 (fp32 there: 0.96×, plain bf16 ≈ plain fp32;
-    ``benchmarks/dtype_choice.py``, docs/results/smollm2-speed-amd.md) and is faster on AMX; on AMD CPUs
-    without either, bf16 is 1.4–9× slower (docs: cpu-measurements)."""
+    ``benchmarks/dtype_choice.py``, docs/results/smollm2-defaults.md) and is faster on AMX; on AMD CPUs
+    without either, bf16 is 1.4–9× slower (docs/guide/usage.md, dtype)."""
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -91,6 +93,8 @@ class TargetRuntime:
         self.vocab_size = model.config.vocab_size
         # transformers' models take the positions whose logits they compute (prefill needs only the last)
         self._keeps_logits = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+        self.layout = attention_layout(model.config)  # sliding windows: the runtime masks them (runtime/arch.py)
+        self._supported = False  # drafter_support checked (once, when a drafter attaches)
         self.set_layer_ids(layer_ids)
 
     @classmethod
@@ -120,21 +124,37 @@ class TargetRuntime:
                 f"{self.num_layers} layers (valid: 0..{self.num_layers - 1})"
             )
         self.layer_ids = tuple(layer_ids)
+        if self.layer_ids:
+            self.require_drafter_support()
+
+    def require_drafter_support(self) -> None:
+        """Refuse, naming the missing feature, a target a drafter cannot share its embedding, LM head and
+        cache with (``runtime.arch.drafter_support``): when a drafter attaches, not steps later."""
+        if self._supported:
+            return
+        problems = drafter_support(self.model)
+        if problems:
+            name = type(self.model).__name__
+            raise TargetError(f"target {self.path or name} ({name}): no drafter can run on it: " + "; ".join(problems))
+        self._supported = True
 
     # -- pieces a drafter shares with the target ------------------------------------------------
     @property
     def embed_tokens(self) -> nn.Embedding:
-        """The target's token embedding, on the CPU where the drafter runs (a host copy off-CPU)."""
+        """The target's token embedding, on the CPU where the drafter runs (a host copy off-CPU). The module
+        itself, not its table: Gemma's embedding module multiplies by √hidden, and the drafter must see the
+        inputs the target's first layer sees."""
+        self.require_drafter_support()
         if self.device.type == "cpu":
             return self.model.get_input_embeddings()
         if "embed" not in self._host:
-            weight = self.model.get_input_embeddings().weight.detach().cpu()
-            self._host["embed"] = nn.Embedding.from_pretrained(weight, freeze=True)
+            self._host["embed"] = copy.deepcopy(self.model.get_input_embeddings()).cpu().requires_grad_(False)
         return self._host["embed"]
 
     @property
     def lm_head(self) -> nn.Module:
         """The target's LM head, on the CPU where the drafter runs (a host copy off-CPU)."""
+        self.require_drafter_support()
         if self.device.type == "cpu":
             return self.model.get_output_embeddings()
         if "head" not in self._host:
@@ -159,8 +179,9 @@ class TargetRuntime:
     def new_state(self, batch_size: int) -> CacheState:
         from transformers import DynamicCache
 
+        cfg = self.model.config
         return CacheState(
-            cache=DynamicCache(config=self.model.config),
+            cache=whole_cache(cfg) if self.layout.window is not None else DynamicCache(config=cfg),
             valid=torch.zeros(batch_size, 0, dtype=torch.bool),
             lengths=torch.zeros(batch_size, dtype=torch.long),
         )
@@ -183,12 +204,15 @@ class TargetRuntime:
         """
         b, n = tokens.shape
         past = state.valid[:, None, :].expand(b, n, state.valid.shape[1])
-        mask = torch.cat([past, ancestors], dim=2)[:, None]  # [batch, 1, N, past + N]
+        visible = torch.cat([past, ancestors], dim=2)  # [batch, N, past + N]
+        positions = state.lengths[:, None] + depth  # [batch, N]
+        key_pos = torch.cat([live_positions(state.valid), positions], dim=1)  # [batch, past + N]
+        mask = layer_masks(self.layout, visible, positions, key_pos, self.model.dtype)
         dev = self.device
         out = self.model(
             input_ids=tokens.to(dev),
-            attention_mask=mask.to(dev),
-            position_ids=(state.lengths[:, None] + depth).to(dev),
+            attention_mask=_to(mask, dev),
+            position_ids=positions.to(dev),
             past_key_values=state.cache,
             use_cache=True,
             output_hidden_states=bool(self.layer_ids) and want_taps,
@@ -250,10 +274,16 @@ class TargetRuntime:
         # tokens, and a pad seeing itself keeps its activations finite (a fully masked query
         # row would produce NaN that then leaks through 0 * NaN into later layers).
         attn = torch.cat([state.valid, torch.ones(b, n, dtype=torch.bool)], dim=1).long()
+        win = self.layout.window
+        if win is not None and attn.shape[1] > win:  # some key may lie outside a window: the runtime's masks
+            causal = torch.ones(n, n, dtype=torch.bool).tril().expand(b, n, n)
+            visible = torch.cat([state.valid[:, None, :].expand(b, n, state.valid.shape[1]), causal], dim=2)
+            key_pos = torch.cat([live_positions(state.valid), positions], dim=1)  # [batch, past + n]
+            attn = layer_masks(self.layout, visible, positions, key_pos, self.model.dtype)
         dev = self.device
         out = self.model(
             input_ids=input_ids.to(dev),
-            attention_mask=attn.to(dev),
+            attention_mask=_to(attn, dev),
             position_ids=positions.to(dev),
             past_key_values=state.cache,
             use_cache=True,
@@ -320,3 +350,8 @@ class TargetRuntime:
         )
         state.lengths = torch.cat([a.lengths, b.lengths])
         return state
+
+
+def _to(mask, device):
+    """A mask, or a dict of masks per layer type, on ``device``."""
+    return {k: v.to(device) for k, v in mask.items()} if isinstance(mask, dict) else mask.to(device)

