@@ -15,10 +15,13 @@ import typing
 from typing import Any
 
 
-def option(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | None = None, **extra: Any):
+def option(default: Any = dataclasses.MISSING, help: Any = "", *, flag: str | None = None, **extra: Any):
     """A dataclass field with its command-line help (and optionally its flag, ``choices``, ``always``:
     always written into a recorded command, ``invert``: a bool whose flag sets it False, ``skip``: not an
-    option, e.g. derived)."""
+    option, e.g. derived, ``flag_default``: the command line's default where it differs from the field's,
+    ``metavar``).
+    ``help`` and ``choices`` may be callables, read when the parser is built (e.g. from a registry that
+    grows after the dataclass is defined)."""
     meta = {"help": help, "flag": flag, **extra}
     if isinstance(default, type) and dataclasses.is_dataclass(default):  # a nested options dataclass
         return dataclasses.field(default_factory=default, metadata=meta)
@@ -34,6 +37,12 @@ def _default(f: dataclasses.Field) -> Any:
     if _required(f):
         return None
     return f.default if f.default is not dataclasses.MISSING else f.default_factory()
+
+
+def _meta(f: dataclasses.Field, key: str, default: Any = None) -> Any:
+    """A metadata entry, a callable one read now."""
+    value = f.metadata.get(key, default)
+    return value() if callable(value) else value
 
 
 def _flag(f: dataclasses.Field) -> str:
@@ -75,8 +84,8 @@ def add_options(parser: argparse.ArgumentParser, cls, skip: tuple[str, ...] = ()
     for f, t, _ in _fields(cls):
         if f.name in skip:
             continue
-        base, help_ = _base(t), f.metadata.get("help", "")
-        required, default = _required(f), _default(f)
+        base, help_ = _base(t), _meta(f, "help", "")
+        required, default = _required(f), f.metadata.get("flag_default", _default(f))
         kw: dict[str, Any] = {"dest": f.name, "help": help_}
         if base is bool:
             kw["action"] = "store_false" if f.metadata.get("invert") else "store_true"
@@ -84,7 +93,9 @@ def add_options(parser: argparse.ArgumentParser, cls, skip: tuple[str, ...] = ()
             kw["type"] = {list: _parse_ints}.get(base, base)
             kw["required"] = required
             if f.metadata.get("choices"):
-                kw["choices"] = f.metadata["choices"]
+                kw["choices"] = _meta(f, "choices")
+            if f.metadata.get("metavar"):
+                kw["metavar"] = f.metadata["metavar"]
             if not required:
                 shown = ",".join(map(str, default)) if isinstance(default, list) else default
                 kw["help"] = f"{help_} (default: {shown})" if help_ else f"default: {shown}"

@@ -327,3 +327,32 @@ def test_draft_vocab_cli_writes_the_file(tiny_target_dir, tmp_path, capsys):
     not_a_drafter = ["data", "draft-vocab", "--target", str(tiny_target_dir), "--out", str(tmp_path)]
     assert main([*not_a_drafter, "--data", str(prompts)]) == 2
     assert "not a drafter folder" in capsys.readouterr().err
+
+
+def test_generate_resolves_its_config_once_and_a_tree_option_tunes_the_default(
+    tiny_target_dir, tmp_path, capsys, monkeypatch
+):
+    """`--draft X --tree-budget 8` runs the folder's tree with the rest of its default (it was refused); the
+    command line's config is resolved in one call; `--tree-budget 1` is named before any engine is built."""
+    import lilicorr.decoding.build as build
+    import lilicorr.decoding.config as config
+    from tests.decoding.engine_helpers import save_random_draft
+
+    calls = []
+    real = config.resolve
+
+    def counted(*a, **kw):
+        calls.append(a)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(config, "resolve", counted)
+    monkeypatch.setattr(build, "resolve", counted)
+    save_random_draft(tiny_target_dir, tmp_path / "d", lilicorr=False)
+    args = ["generate", "--target", str(tiny_target_dir), "--draft", str(tmp_path / "d"), "--prompt", "import os"]
+    assert main([*args, "--max-new-tokens", "6", "--json", "--tree-budget", "8", "--compare-ar"]) == 0
+    rec = json.loads(capsys.readouterr().out.strip().splitlines()[0])
+    assert rec["method"] == "ddtree" and rec["draft_gate"] is True and rec["ar_identical"] is True
+    assert rec["num_draft_tokens"] == 7 * rec["num_drafts"]  # 8 nodes: the pending token and 7 drafts
+    assert [a[0].method for a in calls] == ["default", None]  # the ask, once; then --compare-ar's plain engine
+    assert main([*args, "--tree-budget", "1"]) == 2
+    assert "'tree_budget' must be a positive integer or 'auto' (at least 2" in capsys.readouterr().err

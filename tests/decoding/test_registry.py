@@ -71,7 +71,9 @@ def test_options_are_checked_by_their_method(tiny_target):
         build_engine(tiny_target, SpecConfig(method="dflash", options={"tree_budget": 4}), random_draft(tiny_target))
     with pytest.raises(ValueError, match="'tree_budget' must be a positive integer"):
         build_engine(tiny_target, SpecConfig(method="ddtree", options={"tree_budget": 0}), random_draft(tiny_target))
-    with pytest.raises(ValueError, match="needs a draft checkpoint"):
+    with pytest.raises(ValueError, match="'tree_budget' must be a positive integer or 'auto' \\(at least 2"):
+        build_engine(tiny_target, SpecConfig(method="ddtree", options={"tree_budget": 1}), random_draft(tiny_target))
+    with pytest.raises(ValueError, match="method 'lilicorr' needs 'model'"):
         build_engine(tiny_target, SpecConfig(method="lilicorr"))
     with pytest.raises(ValueError, match="unknown method 'eagle'"):
         build_engine(tiny_target, SpecConfig(method="eagle"))

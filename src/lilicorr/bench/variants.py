@@ -10,29 +10,34 @@ Tree variants run the ``auto`` node budget (pruned each step by the measured cos
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, field, fields, make_dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from lilicorr.decoding.build import build_engine
-from lilicorr.decoding.config import LOOKUP_ON, SpecConfig, default_config, parse_speculative_config
+from lilicorr.decoding.config import DEFAULT, LOOKUP_ON, SpecConfig, resolve
 from lilicorr.decoding.engine import SpecEngine
 from lilicorr.decoding.methods import get_method
 from lilicorr.models.arms import arm_kind
 from lilicorr.runtime.runtime import TargetRuntime
 
 
-@dataclass
-class Variant:
-    name: str
-    method: str  # a registered method (lilicorr.decoding.methods)
-    draft: str | None = None
-    num_speculative_tokens: int | None = None
-    draft_sample_method: str = "greedy"
-    rejection_sample_method: str = "standard"
-    enable_adaptive_verification: bool = False
-    options: dict = field(default_factory=dict)  # the method's own options (e.g. tree_budget)
-    draft_vocab_size: int = 0  # > 0: draft from the folder's N most frequent tokens (decoding/draft_vocab.py)
-    draft_gate: bool = False  # the measured draft gate without adaptive verification's width rule
+def _variant_fields() -> list[tuple[str, Any, Any]]:
+    """A name, a registered method, a drafter folder, then every other ``SpecConfig`` key as declared there
+    (type, default): results record a variant as these fields, in this order."""
+    own = [(f.name, f.type, f) for f in fields(SpecConfig) if f.name not in ("method", "model")]
+    copied = [(n, t, field(default=f.default, default_factory=f.default_factory)) for n, t, f in own]
+    return [("name", "str"), ("method", "str"), ("draft", "str | None", field(default=None)), *copied]
+
+
+def _spec(self) -> SpecConfig:
+    """The speculative config this variant asks for."""
+    keys = {f.name: getattr(self, f.name) for f in fields(SpecConfig) if f.name not in ("method", "model")}
+    return SpecConfig(method=self.method, model=self.draft, **keys)
+
+
+# One bench column: the speculative keys are SpecConfig's (declared once there), generated here.
+Variant = make_dataclass("Variant", _variant_fields(), namespace={"spec": _spec, "__module__": __name__})
 
 
 # ``+lookup`` trees also graft the prompt-lookup continuation (the ``ngram`` method's, same keys and values)
@@ -85,17 +90,10 @@ def default_variants(drafts: list[str]) -> list[Variant]:
 
 def default_variant(draft: str) -> Variant:
     """``NAME:default``: exactly what `generate --draft NAME`, `make run` and `serve` run for the folder
-    (``decoding.config.default_config``), so the shipped default is itself measured."""
-    spec = parse_speculative_config(default_config(draft))  # the same parse `generate` applies to it
-    return Variant(
-        f"{Path(draft).name}:default",
-        spec.method or "dflash",
-        draft,
-        enable_adaptive_verification=spec.enable_adaptive_verification,
-        options=dict(spec.options),
-        draft_vocab_size=spec.draft_vocab_size,
-        draft_gate=spec.draft_gate,
-    )
+    (the same ``resolve`` of ``method: "default"``), so the shipped default is itself measured."""
+    asked = resolve(SpecConfig(method=DEFAULT), draft).asked
+    keys = {f.name: getattr(asked, f.name) for f in fields(SpecConfig) if f.name not in ("method", "model")}
+    return Variant(f"{Path(draft).name}:default", asked.method, draft, **keys)
 
 
 def with_draft_lengths(arms: list[Variant], lengths: list[int]) -> list[Variant]:
@@ -115,7 +113,7 @@ def with_tree_budgets(arms: list[Variant], budgets: list[int]) -> list[Variant]:
     out = []
     for a in arms:
         out.append(a)
-        if any(o.key == "tree_budget" for o in get_method(a.method).options):
+        if any(o.key == "tree_budget" for o in get_method(a.method).option_list()):
             out += [replace(a, name=f"{a.name}@b{b}", options={**a.options, "tree_budget": b}) for b in budgets]
     return out
 
@@ -143,9 +141,8 @@ def with_draft_gate(arms: list[Variant]) -> list[Variant]:
 
 def variant_engine(target: TargetRuntime, arm: Variant, drafts: dict, references: dict | None) -> SpecEngine:
     """The engine of one arm, through the methods registry (the oracle gets the greedy references)."""
-    spec = SpecConfig.from_attrs(arm)  # the arm's fields carry vLLM's option names
     extras = {"references": references or {}}
-    return build_engine(target, spec, drafts.get(arm.draft), arm.draft, extras=extras)
+    return build_engine(target, arm.spec(), drafts.get(arm.draft), extras=extras)
 
 
 def choose_variants(

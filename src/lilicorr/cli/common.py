@@ -35,49 +35,36 @@ def add_runtime_args(
         )
 
 
-def add_method_args(p: argparse.ArgumentParser) -> None:
-    """``--method`` and every method's own options, generated from the methods registry."""
+def add_spec_args(p: argparse.ArgumentParser) -> None:
+    """The speculative config's flags, generated: its common keys from ``SpecConfig``'s fields and every
+    method's own options from the methods registry (each key once; methods may share one, e.g. ngram and
+    the trees ``prompt_lookup_*``, each with its own default, shown)."""
+    from lilicorr.decoding.config import SpecConfig
     from lilicorr.decoding.methods import METHODS, method_names
+    from lilicorr.options import add_options
 
-    lines = "; ".join(f"{m}: {METHODS[m].help}" for m in method_names())
-    p.add_argument(
-        "--method",
-        choices=method_names(),
-        default=None,
-        help="proposal method. Default with --draft alone (no method option, draft length or sampling chosen): "
-        "the fastest lossless configuration measured (lilicorr.decoding.config.FASTEST: a LiLiCorr folder runs "
-        "lilicorr-tree with 16 nodes, the prompt-lookup graft and the measured draft gate, a DFlash folder ddtree "
-        "likewise, an arm folder its arm); with any of those chosen, what the folder is (vLLM's rule); "
-        "ar without --draft. "
-        f"{lines}",
-    )
+    g = p.add_argument_group("speculative config (vLLM's keys; serve: --speculative-config)")
+    add_options(g, SpecConfig)
     seen = set()
     for m in method_names():
-        for o in METHODS[m].options:
+        for o in METHODS[m].option_list():
             if o.key not in seen:
                 seen.add(o.key)
-                # methods may share a key (ngram and the trees: prompt_lookup_*) with their own defaults
-                defaults = {x: d.default for x in method_names() for d in METHODS[x].options if d.key == o.key}
+                defaults = {x: d.default for x in method_names() for d in METHODS[x].option_list() if d.key == o.key}
                 shown = ", ".join(f"{x} {v}" for x, v in defaults.items())
-                flag = "--" + o.key.replace("_", "-")
-                p.add_argument(flag, type=o.parse, default=None, help=f"{o.help} (default: {shown})")
+                g.add_argument(
+                    "--" + o.key.replace("_", "-"), type=o.parse, default=None, help=f"{o.help} (default: {shown})"
+                )
 
 
-def method_options(args: argparse.Namespace) -> dict[str, int | str]:
-    """The method options given on the command line (the method checks that they are its own)."""
+def spec_from_args(args: argparse.Namespace):
+    """The ``SpecConfig`` the command line asks for (method options: those given; the method checks them)."""
+    from lilicorr.decoding.config import SpecConfig
     from lilicorr.decoding.methods import option_keys
+    from lilicorr.options import from_args
 
-    return {k: getattr(args, k) for k in option_keys() if getattr(args, k, None) is not None}
-
-
-def untuned(args: argparse.Namespace) -> bool:
-    """No method, method option, draft length or draft sampling chosen: the defaults decide everything."""
-    return (
-        args.method is None
-        and not method_options(args)
-        and args.num_speculative_tokens is None
-        and args.draft_sample_method == "greedy"
-    )
+    options = {k: getattr(args, k) for k in option_keys() if getattr(args, k, None) is not None}
+    return from_args(SpecConfig, args, options=options)
 
 
 def read_prompts(path: Path) -> list[dict]:

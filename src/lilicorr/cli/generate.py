@@ -12,13 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from lilicorr.cli.common import (
-    add_method_args,
-    add_runtime_args,
-    method_options,
-    read_prompts,
-    untuned,
-)
+from lilicorr.cli.common import add_runtime_args, add_spec_args, read_prompts, spec_from_args
 
 
 def add_generate_args(p: argparse.ArgumentParser) -> None:
@@ -36,30 +30,7 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
         help="wrap a plain prompt as one user message under the target's chat template (rows with "
         "'messages' always get the template)",
     )
-    p.add_argument("--draft", help="DFlashDraftModel / LiLiCorrDraftModel checkpoint folder")
-    add_method_args(p)
-    p.add_argument("--num-speculative-tokens", type=int, default=None, help="1..block_size-1 (default B-1)")
-    p.add_argument("--draft-sample-method", choices=["greedy", "probabilistic"], default="greedy")
-    p.add_argument("--rejection-sample-method", choices=["standard", "block"], default="standard")
-    p.add_argument(
-        "--enable-adaptive-verification",
-        action="store_true",
-        help="verify only the draft prefix whose expected accepted tokens pay for its measured verify cost "
-        "(falls back to AR steps when drafts do not pay); chains, and trees (their best-first prefix)",
-    )
-    p.add_argument(
-        "--draft-vocab-size",
-        type=int,
-        default=0,
-        help="draft from the drafter folder's N most frequent tokens only (its draft_vocab.json, made by "
-        "`lilicorr data draft-vocab`): a cheaper drafter LM head, still lossless (0: the whole vocabulary)",
-    )
-    p.add_argument(
-        "--draft-gate",
-        action="store_true",
-        help="pause drafting (1, 2, 4 … 64 steps) while drafting steps measure slower than plain ones, without "
-        "adaptive verification's width rule (which includes the gate)",
-    )
+    add_spec_args(p)  # --method, --draft, --num-speculative-tokens, …, and every method's options
     p.add_argument("--compare-ar", action="store_true", help="also decode autoregressively and print the speedup")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
@@ -72,14 +43,12 @@ def add_generate_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     import torch
 
     from lilicorr.checkpoint import CheckpointError, load_draft
     from lilicorr.data.chat import row_ids
     from lilicorr.decoding.build import build_engine
-    from lilicorr.decoding.config import SpecConfig, default_config, parse_speculative_config
+    from lilicorr.decoding.config import resolve
     from lilicorr.decoding.request import Request
     from lilicorr.decoding.sampling import SamplingParams
     from lilicorr.runtime.runtime import TargetError, TargetRuntime, resolve_dtype
@@ -89,16 +58,9 @@ def run_generate(args: argparse.Namespace) -> int:
     try:
         dtype = resolve_dtype(args.dtype)
         target = TargetRuntime.load(args.target, dtype=dtype, device=args.device)
-        draft = load_draft(args.draft, target.model.config, dtype=dtype) if args.draft else None
-        spec = SpecConfig.from_attrs(args, options=method_options(args))
-        if draft is not None and untuned(args):  # `--draft` alone: the fastest measured configuration, whole
-            default = parse_speculative_config(default_config(args.draft))
-            adaptive = default.enable_adaptive_verification or args.enable_adaptive_verification
-            spec = replace(
-                default, rejection_sample_method=args.rejection_sample_method, draft_vocab_size=args.draft_vocab_size
-            )
-            spec.enable_adaptive_verification = adaptive
-        engine = build_engine(target, spec, draft, args.draft)
+        spec = resolve(spec_from_args(args))  # method, defaults, draft length, options: decided here, once
+        draft = load_draft(spec.model, target.model.config, dtype=dtype) if spec.model else None
+        engine = build_engine(target, spec, draft)
         ar_engine = build_engine(target) if args.compare_ar else None
     except (TargetError, CheckpointError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -103,17 +103,18 @@ class Proposer:
 
     ``needs_draft``: the engine runs the drafter (and keeps its context cache) only for methods
     that read ``DraftOutput.hidden`` / ``logits``; model-free methods set ``n``, their draft length.
+    ``draft_sample_method`` is checked once, where the config is built (``decoding.config.SpecConfig``).
     """
 
     name = "base"
     needs_draft = True
     n = 0
-    tree_budget = 0  # tree proposers: nodes per tree, the pending token included (0: a chain)
-    auto_budget = False  # trees: the engine prunes each tree to the prefix that pays (``adaptive.py``)
+    # What the engine reads of every proposer to size its verify: a tree proposer sets both from its typed
+    # ``TreeOptions`` (``methods/trees.py``); for a chain they stay 0 / False.
+    tree_budget = 0
+    auto_budget = False
 
     def __init__(self, draft_sample_method: str = "greedy"):
-        if draft_sample_method not in DRAFT_SAMPLE_METHODS:
-            raise ValueError(f"draft_sample_method {draft_sample_method!r}: expected one of {DRAFT_SAMPLE_METHODS}")
         self.draft_sample_method = draft_sample_method
 
     def propose(self, d: DraftOutput, temperature: torch.Tensor, uniforms: torch.Tensor, timer: StageTimer) -> Proposal:

@@ -23,11 +23,11 @@ def arm_label(arm_name: str, model_name: str, method: str) -> str:
 
 
 def is_current_default(arm: dict, model_dir: Path) -> bool:
-    """Whether a bench arm (its recorded config) is what the folder runs by default today
-    (``decoding.config.default_config``): a ``:default`` arm measured before the default changed is not."""
-    from lilicorr.decoding.config import default_config, parse_speculative_config
+    """Whether a bench arm (its recorded config) is what the folder runs by default today (``resolve`` of
+    ``method: "default"``): a ``:default`` arm measured before the default changed is not."""
+    from lilicorr.decoding.config import DEFAULT, SpecConfig, resolve
 
-    d = parse_speculative_config(default_config(model_dir))
+    d = resolve(SpecConfig(method=DEFAULT), model_dir).asked
     recorded = (
         arm["method"],
         bool(arm.get("enable_adaptive_verification")),

@@ -11,12 +11,14 @@ from lilicorr.decoding.methods.base import (
     METHODS,
     BuildContext,
     Method,
+    NoOptions,
     Option,
     get_method,
     method_names,
+    option,
     option_keys,
     register,
 )
 
-__all__ = ["AUTO", "METHODS", "BuildContext", "Method", "Option", "get_method", "method_names", "option_keys",
-           "register"]  # fmt: skip
+__all__ = ["AUTO", "METHODS", "BuildContext", "Method", "NoOptions", "Option", "get_method", "method_names", "option",
+           "option_keys", "register"]  # fmt: skip

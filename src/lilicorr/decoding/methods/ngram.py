@@ -9,9 +9,11 @@ is one-hot and verification stays exact at any temperature.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from lilicorr.decoding.methods.base import BuildContext, Method, Option, register
+from lilicorr.decoding.methods.base import BuildContext, Method, option, register
 from lilicorr.decoding.proposal import DraftOutput, Proposal, Proposer
 from lilicorr.decoding.stats import StageTimer
 
@@ -55,18 +57,22 @@ class NgramProposer(Proposer):
             return self.one_hot_chain(torch.tensor(rows, dtype=torch.long))  # [batch, n]
 
 
+@dataclass(frozen=True)
+class NgramOptions:
+    prompt_lookup_max: int = option(4, "longest suffix searched (vLLM's key)")
+    prompt_lookup_min: int = option(1, "shortest suffix searched (vLLM's key)")
+
+
 @register
 class Ngram(Method):
     name = "ngram"
     per_draft_length = False
     needs_draft = False
+    default_draft_length = 4  # vLLM's ngram default
     help = "prompt lookup: the tokens that followed the latest earlier occurrence of the last k tokens"
-    options = (
-        Option("prompt_lookup_max", 4, "longest suffix searched (vLLM's key)"),
-        Option("prompt_lookup_min", 1, "shortest suffix searched (vLLM's key)"),
-    )
+    Options = NgramOptions
 
     @classmethod
     def build(cls, ctx: BuildContext) -> Proposer:
-        o = ctx.options
-        return NgramProposer(ctx.num_speculative_tokens or 4, o["prompt_lookup_max"], o["prompt_lookup_min"])
+        o: NgramOptions = ctx.options
+        return NgramProposer(ctx.num_speculative_tokens, o.prompt_lookup_max, o.prompt_lookup_min)

@@ -5,9 +5,11 @@ with an ancestor-only mask and follows the target's own choices down it (lossles
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from lilicorr.decoding.methods.base import AUTO, BuildContext, Method, Option, register
+from lilicorr.decoding.methods.base import AUTO, BuildContext, Method, option, register
 from lilicorr.decoding.methods.lilicorr import LiLiCorrProposer, lilicorr_head
 from lilicorr.decoding.methods.ngram import lookup_request
 from lilicorr.decoding.proposal import DraftOutput, Proposal, Proposer
@@ -29,20 +31,64 @@ def tree_proposal(tree: TokenTree) -> Proposal:
 AUTO_TREE_CAP = 32
 
 
+@dataclass(frozen=True)
+class TreeOptions:
+    """The tree methods' own options (each checked once, by its ``option`` bound, when resolved)."""
+
+    # Default 16: measured faster than ``auto`` on SmolLM2 (docs/results/smollm2-speed-notes.md, "Auto budget").
+    tree_budget: int | str = option(
+        16,
+        "tree nodes verified per step, the pending token included; auto: each step the best-first prefix "
+        f"(up to {AUTO_TREE_CAP}) that pays for its measured verify cost",
+        auto=True,
+        minimum=2,
+        why="the pending token and one draft",
+    )
+    prompt_lookup_max: int = option(
+        0,
+        "trees: also graft the prompt-lookup continuation of the last k ≤ this many tokens as a branch (0: off)",
+        minimum=0,
+    )
+    prompt_lookup_min: int = option(1, "trees: shortest suffix the prompt lookup matches")
+
+    def __post_init__(self) -> None:
+        if self.prompt_lookup_max and self.prompt_lookup_min > self.prompt_lookup_max:
+            raise ValueError(
+                f"need prompt_lookup_min <= prompt_lookup_max, got {self.prompt_lookup_min}, {self.prompt_lookup_max}"
+            )
+
+    @property
+    def auto(self) -> bool:
+        return self.tree_budget == AUTO
+
+    @property
+    def nodes(self) -> int:
+        """Nodes per tree, the pending token included (``auto``: the cap the engine prunes from)."""
+        return AUTO_TREE_CAP if self.tree_budget == AUTO else int(self.tree_budget)
+
+    @property
+    def lookup(self) -> tuple[int, int] | None:
+        """(prompt_lookup_max, prompt_lookup_min) of the grafted prompt lookup; None: off."""
+        return (self.prompt_lookup_max, self.prompt_lookup_min) if self.prompt_lookup_max else None
+
+
+@dataclass(frozen=True)
+class DDTreeOptions(TreeOptions):
+    tree_topk: int = option(8, "candidates per slot (8: the lattice width of the shipped drafters)")
+
+
 class TreeProposer(Proposer):
-    """DDTree's tree: ``budget`` nodes (root included; ``auto``: up to ``AUTO_TREE_CAP``, pruned per step
-    by the engine), ``topk`` candidates per slot."""
+    """DDTree's tree: ``options.nodes`` nodes (root included; ``auto``: up to ``AUTO_TREE_CAP``, pruned per
+    step by the engine), ``topk`` candidates per slot."""
 
     name = "ddtree"
 
-    def __init__(self, budget: int | str = 16, topk: int = 8, lookup: tuple[int, int] | None = None):
+    def __init__(self, options: TreeOptions, topk: int = 8):
         super().__init__("greedy")
-        self.lookup = lookup  # (prompt_lookup_max, prompt_lookup_min): graft the prompt-lookup continuation
-        self.auto_budget = budget == AUTO
-        budget = AUTO_TREE_CAP if self.auto_budget else budget
-        if not isinstance(budget, int) or budget < 2:
-            raise ValueError(f"tree_budget must be >= 2 (the root and one draft) or 'auto', got {budget!r}")
-        self.tree_budget, self.topk = budget, topk
+        self.options, self.topk = options, topk
+        self.lookup = options.lookup  # (prompt_lookup_max, prompt_lookup_min): graft the prompt-lookup continuation
+        # what the engine reads of every proposer (``Proposer``): this tree's width and whether it prunes it
+        self.tree_budget, self.auto_budget = options.nodes, options.auto
 
     def chains(self, d: DraftOutput) -> list[list[int] | None] | None:
         """Per row, the tokens that followed the latest earlier occurrence of its last tokens (prompt lookup,
@@ -63,14 +109,8 @@ class LatticeTreeProposer(TreeProposer):
 
     name = "lilicorr-tree"
 
-    def __init__(
-        self,
-        head: LiLiCorrHead,
-        embed: torch.nn.Embedding,
-        budget: int | str = 16,
-        lookup: tuple[int, int] | None = None,
-    ):
-        super().__init__(budget, head.k, lookup)
+    def __init__(self, head: LiLiCorrHead, embed: torch.nn.Embedding, options: TreeOptions):
+        super().__init__(options, head.k)
         self.lattice = LiLiCorrProposer(head, embed)
 
     def propose(self, d: DraftOutput, temperature: torch.Tensor, uniforms: torch.Tensor, timer: StageTimer) -> Proposal:
@@ -79,49 +119,17 @@ class LatticeTreeProposer(TreeProposer):
             return tree_proposal(build_lattice_tree(ids, lp, scores, d.anchor_tokens, self.tree_budget, self.chains(d)))
 
 
-# Default 16: measured faster than ``auto`` on SmolLM2 (docs/results/smollm2-speed-notes.md, "Auto budget").
-BUDGET = Option(
-    "tree_budget",
-    16,
-    "tree nodes verified per step, the pending token included; auto: each step the best-first prefix "
-    f"(up to {AUTO_TREE_CAP}) that pays for its measured verify cost",
-    auto=True,
-)
-
-
-LOOKUP = (
-    Option(
-        "prompt_lookup_max",
-        0,
-        "trees: also graft the prompt-lookup continuation of the last k ≤ this many tokens as a branch (0: off)",
-        minimum=0,
-    ),
-    Option("prompt_lookup_min", 1, "trees: shortest suffix the prompt lookup matches"),
-)
-
-
-def lookup_option(options: dict) -> tuple[int, int] | None:
-    k_max, k_min = options["prompt_lookup_max"], options["prompt_lookup_min"]
-    if k_max and k_min > k_max:
-        raise ValueError(f"need prompt_lookup_min <= prompt_lookup_max, got {k_min}, {k_max}")
-    return (k_max, k_min) if k_max else None
-
-
 @register
 class DDTree(Method):
     name = "ddtree"
     per_draft_length = False
     help = "best-first tree over the drafter's per-slot marginals (training-free)"
-    options = (
-        BUDGET,
-        Option("tree_topk", 8, "candidates per slot (8: the lattice width of the shipped drafters)"),
-        *LOOKUP,
-    )
+    Options = DDTreeOptions
 
     @classmethod
     def build(cls, ctx: BuildContext) -> Proposer:
-        o = ctx.options
-        return TreeProposer(o["tree_budget"], o["tree_topk"], lookup_option(o))
+        o: DDTreeOptions = ctx.options
+        return TreeProposer(o, o.tree_topk)
 
 
 @register
@@ -129,9 +137,8 @@ class LiLiCorrTree(Method):
     name = "lilicorr-tree"
     per_draft_length = False
     help = "best-first tree over the LiLiCorr lattice with the head's conditional scores"
-    options = (BUDGET, *LOOKUP)
+    Options = TreeOptions
 
     @classmethod
     def build(cls, ctx: BuildContext) -> Proposer:
-        o = ctx.options
-        return LatticeTreeProposer(lilicorr_head(ctx), ctx.target.embed_tokens, o["tree_budget"], lookup_option(o))
+        return LatticeTreeProposer(lilicorr_head(ctx), ctx.target.embed_tokens, ctx.options)
