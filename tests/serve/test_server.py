@@ -57,10 +57,22 @@ def test_models_health_metrics(server):
         "vllm:inter_token_latency_seconds_bucket",
         "vllm:request_success_total",
         "lilicorr:spec_decode_num_paused_steps_total",
+        "lilicorr:spec_decode_draft_width",
+        "lilicorr:num_requests_drafting",
+        "lilicorr:num_requests_paused",
+        "lilicorr:spec_decode_draft_tokens_per_step_bucket",
+        "lilicorr:spec_decode_policy_steps_total",
     ):
         assert name in text, name
-    drafts = [line for line in text.splitlines() if line.startswith("vllm:spec_decode_num_drafts_total")]
-    assert float(drafts[0].split()[-1]) > 0
+    steps = [line for line in text.splitlines() if line.startswith("lilicorr:spec_decode_policy_steps_total")]
+    assert sum(float(line.split()[-1]) for line in steps) > 0  # the load policy planned the steps
+
+
+def test_load_policy_is_the_default(server):
+    """A server with a drafter plans every step with the load policy, which replaces the fixed draft length."""
+    _, loop = server
+    assert loop.engine.policy is not None and loop.engine.gate is None
+    assert loop.engine.policy.n == loop.engine.n == 3
 
 
 def test_completion_greedy_equals_engine(server, reference):
@@ -101,8 +113,17 @@ def test_chat_stream_and_non_stream(server):
 
 
 def test_sampling_with_seed_is_reproducible(server):
-    url, _ = server
-    c = _client(url)
+    """With fixed drafts a seed gives the same sample. The load policy (paused here) keeps the distribution
+    exact but chooses widths from measured times, so a seed fixes the sample only as far as the load repeats."""
+    url, loop = server
+    policy, loop.engine.policy = loop.engine.policy, None
+    try:
+        _same_sample_twice(_client(url))
+    finally:
+        loop.engine.policy = policy
+
+
+def _same_sample_twice(c) -> None:
     a = c.completions.create(
         model=MODEL, prompt="x = ", max_tokens=10, temperature=1.0, seed=7, top_p=0.9, extra_body={"top_k": 50}
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -108,8 +109,73 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_serve(args: argparse.Namespace) -> int:
+    from lilicorr.bench.serve import ServeArm, ServeBenchConfig, run_serve_bench, write_serve_page
+    from lilicorr.runtime.llama_server import LLAMA_SERVER
+
+    arms = [ServeArm("plain")]
+    for d in args.draft or []:
+        spec = {"model": d}
+        arms.append(ServeArm(Path(d).name, spec))
+        if args.fixed:
+            arms.append(ServeArm(Path(d).name + "+fixed", spec, load_policy=False))
+    for item in args.spec or []:
+        name, _, text = item.partition("=")
+        try:
+            spec = json.loads(text)
+        except json.JSONDecodeError as e:
+            print(f"error: --spec {name}: {e.msg}", file=sys.stderr)
+            return 2
+        arms.append(ServeArm(name, spec))
+        if args.fixed:
+            arms.append(ServeArm(name + "+fixed", spec, load_policy=False))
+    if args.llama_gguf and LLAMA_SERVER.exists():
+        arms.append(ServeArm("llama-server", llama_gguf=args.llama_gguf))
+        if args.llama_draft_gguf:
+            arms.append(ServeArm("llama-server+dflash", llama_gguf=args.llama_gguf, llama_draft=args.llama_draft_gguf))
+    elif args.llama_gguf:
+        print(f"note: {LLAMA_SERVER} not built (make llamacpp): llama-server arms skipped", file=sys.stderr)
+    cfg = ServeBenchConfig(
+        args.target,
+        arms,
+        args.concurrency,
+        args.requests,
+        args.max_tokens,
+        args.temperatures,
+        args.threads,
+        args.seed,
+    )
+    out = Path(args.out)
+    results = run_serve_bench(cfg, out)
+    command = "lilicorr bench serve " + " ".join(sys.argv[3:]) if args.command_line is None else args.command_line
+    page = write_serve_page(results, Path(args.page) if args.page else out / "serving.md", command)
+    print(f"wrote {out / 'serve.json'} and {page}")
+    return 0
+
+
+def _register_serve(sub) -> None:
+    s = sub.add_parser("serve", help="servers under load: tokens/s, TTFT, ITL, τ and memory at each concurrency")
+    s.add_argument("--target", default=SHIPPED_TARGET)
+    s.add_argument("--draft", action="append", help="drafter folder: an arm with it (default config, load policy)")
+    s.add_argument("--spec", action="append", metavar="NAME=JSON", help="an arm with this speculative config")
+    s.add_argument("--fixed", action="store_true", help="each speculative arm also without the load policy")
+    s.add_argument("--llama-gguf", default=None, help="also llama-server -np N on this target GGUF")
+    s.add_argument("--llama-draft-gguf", default=None, help="… and with this DFlash drafter GGUF")
+    s.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    s.add_argument("--requests", type=int, default=64, help="requests per level (at least 2 × concurrency)")
+    s.add_argument("--max-tokens", type=int, default=128)
+    s.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7, 1.0], help="used in turn")
+    s.add_argument("--threads", type=int, default=2, help="threads of each server")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", default="runs/bench-serve")
+    s.add_argument("--page", default=None, help="results page (default: OUT/serving.md); plots beside it")
+    s.add_argument("--command-line", default=None, help="the command the page quotes (default: this one)")
+    s.set_defaults(func=_bench_serve)
+
+
 def register(sub) -> None:
     s = sub.add_parser("bench", help="compare proposal methods (τ, speed, head share) on one stack")
+    _register_serve(s.add_subparsers(dest="bench_command", metavar="{serve}"))
     s.add_argument("--target", default=SHIPPED_TARGET)
     s.add_argument("--draft", action="append", help="draft checkpoint (repeatable; default: the shipped pair)")
     s.add_argument("--prompts", default=None, help="JSONL (id, category, messages or prompt); default: corpus test")
@@ -169,7 +235,7 @@ def register(sub) -> None:
     s = sub.add_parser("report", help="a results page with plots from a bench results.json, or learning curves")
     s.add_argument("results", nargs="?", default=None)
     s.add_argument("--curves", nargs="+", default=None, metavar="RUN", help="training run folders: one PNG to --out")
-    s.add_argument("--out", default="docs/results/smollm2.md")
+    s.add_argument("--out", default="docs/results/smollm2-drafters.md")
     s.add_argument("--command", default="", help="the bench command that produced the results")
     s.add_argument("--title", default="Results")
     s.add_argument("--baseline", nargs="+", default=None, help="arm names the derived table divides τ by")

@@ -120,6 +120,15 @@ class AdaptiveWidth:
             reach = reach.cumprod(1)  # chain: P(first j+1 drafts all accepted)
         return torch.cat([torch.zeros(conf.shape[0], 1, dtype=torch.float64), reach.cumsum(1)], 1)
 
+    def curve(self) -> torch.Tensor:
+        """Expected accepted drafts at each width 0…n for a row as sure as usual — the realised rates alone,
+        so it is known before the drafter runs (the load policy decides then): ``[n + 1]``."""
+        reached = torch.tensor(self.reached, dtype=torch.float64)
+        reach = (torch.tensor(self.realised, dtype=torch.float64) + 1.0) / (reached + 2.0)  # [n]
+        if not self.tree:
+            reach = reach.cumprod(0)  # chain: P(first j+1 drafts all accepted)
+        return torch.cat([torch.zeros(1, dtype=torch.float64), reach.cumsum(0)])
+
     def choose(self, conf: torch.Tensor, draft_cost: float = 0.0) -> int:
         """The width with the most tokens per second; a drafting step also pays ``draft_cost`` (seconds, the
         drafter's measured time per step), so W = 0 — an AR step, after which the engine pauses drafting —

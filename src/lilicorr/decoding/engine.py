@@ -7,9 +7,9 @@ each row with its own length, acceptance and sampling settings. Invariants per r
   been emitted but not yet run through the target;
 - the draft context cache holds the fused target features of exactly those positions
   (the pending token has no features yet), so its length equals the target's — except that the
-  taps of steps the draft gate ran without the drafter wait in ``_deferred`` (one token per row and
-  step) and are fused in one batched pass before the drafter next runs: a paused step then costs what a
-  plain AR step costs;
+  taps of steps run without the drafter (the draft gate's or the load policy's plain steps) wait in
+  ``_deferred`` (one token per row and step) and are fused in one batched pass before the drafter next
+  runs, or after ``DEFER_LIMIT`` such steps: a paused step then costs what a plain AR step costs;
 - ``anchor`` is the fused feature row of the last accepted position, which the LiLiCorr head uses
   for its start scores (stale while taps are deferred, set again when they are fused).
 """
@@ -17,7 +17,7 @@ each row with its own length, acceptance and sampling settings. Invariants per r
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -25,6 +25,7 @@ from lilicorr.decoding.adaptive import AdaptiveWidth, CostModel, DraftGate
 from lilicorr.decoding.config import SpecConfig, draft_length
 from lilicorr.decoding.draft_cache import DraftContextCache
 from lilicorr.decoding.draft_vocab import VocabHead
+from lilicorr.decoding.policy import LoadPolicy, RowAcceptance, verify_rows, widen
 from lilicorr.decoding.proposal import DraftOutput, Proposal, Proposer
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import choose_token
@@ -34,12 +35,15 @@ from lilicorr.models.draft import DraftModel
 from lilicorr.runtime.cache import CacheState, pad_right
 from lilicorr.runtime.runtime import TargetRuntime
 
+DEFER_LIMIT = 64  # paused steps whose taps wait before they are fused anyway (one batched pass)
+
 
 @dataclass
 class SeqState:
     request: Request
     pending: int = -1
     anchor: torch.Tensor | None = None  # [Hm]
+    recent: RowAcceptance = field(default_factory=RowAcceptance)  # the load policy's view of this row
 
 
 class SpecEngine:
@@ -69,6 +73,7 @@ class SpecEngine:
         self.adaptive: AdaptiveWidth | None = None
         self.gate: DraftGate | None = None  # adaptive / draft_gate: whether a step runs the drafter (measured)
         self._draft_cost: float | None = None  # adaptive: seconds the drafter takes per step (running mean)
+        self.policy: LoadPolicy | None = None  # serving: each step's width and drafting rows (use_load_policy)
         nodes = max(self.proposer.tree_budget - 1, 0)  # a tree's drafted nodes; 0 for chains
         if self.proposer.needs_draft and self.n and (config.enable_adaptive_verification or self.proposer.auto_budget):
             width = nodes or self.n
@@ -88,6 +93,22 @@ class SpecEngine:
         self.dcache: DraftContextCache | None = None
         self._deferred: list[torch.Tensor] = []  # taps [batch, 1, taps] of paused steps, not yet fused
         self._deferred_start: torch.Tensor | None = None  # [batch] position of the first deferred tap
+
+    def use_load_policy(self, batches: tuple[int, ...] = (1, 4, 16)) -> LoadPolicy | None:
+        """Let the load policy (``policy.py``) decide every step's width and drafting rows from measured
+        costs; it replaces the draft gate and the width rule, which decide for the whole batch only."""
+        if not self.n:
+            return None
+        nodes = max(self.proposer.tree_budget - 1, 0)
+        width = nodes or self.n
+        cost = (
+            self.adaptive.cost
+            if self.adaptive is not None
+            else CostModel.measure(self.target, width + 1, batches, reps=3)
+        )
+        self.policy = LoadPolicy(width, cost, tree=bool(nodes))
+        self.gate, self.adaptive = None, None
+        return self.policy
 
     @property
     def speculative(self) -> bool:
@@ -186,13 +207,20 @@ class SpecEngine:
         pending = torch.tensor([s.pending for s in self.seqs])
         temps = torch.tensor([s.request.params.temperature for s in self.seqs])
         t_draft = time.perf_counter()
-        drafting = bool(n) and (self.gate is None or self.gate.should_draft())
+        plan = self.policy.plan([s.recent for s in self.seqs]) if self.policy is not None and n else None
+        gate_says = plan is None and (self.gate is None or self.gate.should_draft())
+        drafting = bool(n) and (plan.width > 0 if plan is not None else gate_says)
         if drafting and drafted:
             with self.timer.stage("draft_backbone"):
                 self._fuse_deferred()
-        proposal = self._propose(pending, start, temps) if drafting else None
+        rows = None if plan is None or len(plan.rows) == len(self.seqs) else plan.rows  # None: every row
+        proposal = self._propose(pending, start, temps, rows) if drafting else None
         conf, width = None, None
-        if self.adaptive is not None and proposal is not None:
+        if plan is not None and proposal is not None:
+            width = plan.width
+            self.stats.num_proposed_tokens += proposal.tokens.numel()
+            proposal = proposal if width == proposal.tokens.shape[1] else proposal.prefix(width)
+        elif self.adaptive is not None and proposal is not None:
             with self.timer.stage("other"):
                 spent = time.perf_counter() - t_draft  # this step's drafting time, running mean over steps
                 self._draft_cost = spent if self._draft_cost is None else 0.8 * self._draft_cost + 0.2 * spent
@@ -200,11 +228,12 @@ class SpecEngine:
                 width = self.adaptive.choose(conf, self._draft_cost)
                 self.stats.num_proposed_tokens += proposal.tokens.numel()
                 proposal = self._verified_part(proposal, width)
+        full = proposal if rows is None or proposal is None else widen(proposal, rows, pending)  # [batch, W]
         with self.timer.stage("target_verify"):
-            out = self._verify_forward(pending, proposal, drafted)
+            out = self._verify_forward(pending, full, drafted)
         with self.timer.stage("other"):
-            verdicts = self.verifier.verify(proposal, out.logits, [s.request for s in self.seqs])
-            self._keep_verified(start, proposal, verdicts)
+            verdicts = verify_rows(self.verifier, proposal, rows, out.logits, [s.request for s in self.seqs])
+            self._keep_verified(start, full, verdicts)
             if conf is not None:
                 self.adaptive.update(conf, [v.path for v in verdicts], width)
         ctx = None
@@ -215,9 +244,10 @@ class SpecEngine:
                 ctx = self._extend_draft_context(out.taps, start, verdicts)
         emitted = []
         with self.timer.stage("other"):
+            drafted_rows = set(range(len(self.seqs)) if rows is None else rows) if proposal is not None else set()
             for i, s in enumerate(self.seqs):
                 v = verdicts[i]
-                if proposal is not None:
+                if i in drafted_rows:
                     s.request.stats.record(proposal.tokens.shape[1], v.accepted)
                     self.stats.record(proposal.tokens.shape[1], v.accepted)
                 if ctx is not None:
@@ -226,6 +256,10 @@ class SpecEngine:
                 s.request.commit(v.tokens, self.decode, out.logits[i, v.path])  # token j ← verify position path[j]
                 emitted.append((s.request, s.request.output_ids[before:]))
                 s.pending = v.tokens[-1]
+            if plan is not None:
+                self.stats.num_paused_steps += not drafting
+                paths = [verdicts[i].path for i in sorted(drafted_rows)]
+                self.policy.record(plan, [s.recent for s in self.seqs], paths, time.perf_counter() - t_draft)
             if self.gate is not None:
                 self.stats.num_paused_steps += not drafting
                 tokens = sum(len(v.tokens) for v in verdicts)
@@ -264,10 +298,14 @@ class SpecEngine:
             self.target.truncate(self.tstate, start + 1 + accepted)
 
     def _defer(self, taps: torch.Tensor, start: torch.Tensor) -> None:
-        """Keep a plain step's taps ``[batch, 1, taps]`` (its one committed token per row) for later fusion."""
+        """Keep a plain step's taps ``[batch, 1, taps]`` (its one committed token per row) for later fusion;
+        fused every ``DEFER_LIMIT`` steps, so a long run of plain steps (a loaded server) holds bounded memory."""
         if self._deferred_start is None:
             self._deferred_start = start.clone()
         self._deferred.append(taps[:, :1])
+        if len(self._deferred) >= DEFER_LIMIT:
+            with self.timer.stage("draft_backbone"):
+                self._fuse_deferred()
 
     def _fuse_deferred(self) -> None:
         """Fuse the deferred taps into the draft context cache in one pass (positions ``start …
@@ -297,16 +335,20 @@ class SpecEngine:
         self.dcache.append(chunk.kv, valid)
         return ctx
 
-    def _propose(self, pending: torch.Tensor, start: torch.Tensor, temps: torch.Tensor):
+    def _propose(self, pending: torch.Tensor, start: torch.Tensor, temps: torch.Tensor, rows: list[int] | None = None):
+        """The proposal of every row, or of ``rows`` only (the load policy paused the others)."""
+        seqs = self.seqs if rows is None else [self.seqs[i] for i in rows]
+        if rows is not None:
+            pending, start, temps = pending[rows], start[rows], temps[rows]
         if self.proposer.needs_draft:
-            d = self._draft(pending, start)
+            d = self._draft(pending, start, rows)
         else:  # history-based proposers read only the requests and their pending tokens
             empty = torch.empty(0)
-            d = DraftOutput(empty, empty, empty, empty, requests=[s.request for s in self.seqs], anchor_tokens=pending)
+            d = DraftOutput(empty, empty, empty, empty, requests=[s.request for s in seqs], anchor_tokens=pending)
         n = self.n
         with self.timer.stage("other"):
             if self.config.draft_sample_method == "probabilistic" and bool((temps > 0).any()):
-                uniforms = torch.stack([torch.rand(n, generator=s.request.generator) for s in self.seqs])
+                uniforms = torch.stack([torch.rand(n, generator=s.request.generator) for s in seqs])
             else:
                 uniforms = torch.zeros(len(pending), n)
         proposal = self.proposer.propose(d, temps, uniforms, self.timer)
@@ -317,25 +359,29 @@ class SpecEngine:
                 proposal.confidence = (chosen - logits.logsumexp(-1)).exp()  # [batch, n]
         return proposal
 
-    def _draft(self, pending: torch.Tensor, start: torch.Tensor) -> DraftOutput:
-        """One drafter pass over ``[pending, MASK × n]`` per row: hidden states and logits of the mask slots."""
+    def _draft(self, pending: torch.Tensor, start: torch.Tensor, rows: list[int] | None = None) -> DraftOutput:
+        """One drafter pass over ``[pending, MASK × n]`` per row (of ``rows``, None: all): hidden states and
+        logits of the mask slots."""
         assert self.draft is not None and self.dcache is not None
         n = self.n
+        seqs, kv, valid = self.seqs, self.dcache.kv, self.dcache.valid
+        if rows is not None:
+            seqs, kv, valid = [self.seqs[i] for i in rows], [(k[rows], v[rows]) for k, v in kv], valid[rows]
         with self.timer.stage("draft_backbone"):
             mask_id = self.draft.cfg.mask_token_id
             block = torch.cat([pending[:, None], torch.full((len(pending), n), mask_id)], 1)  # [batch, n+1]
             dtype = next(self.draft.parameters()).dtype
             emb = self.target.embed_tokens(block).to(dtype)
             pos = start[:, None] + torch.arange(n + 1)[None]
-            hidden = self.draft.draft_block(emb, pos, self.dcache.kv, self.dcache.valid)[:, 1:]  # [batch, n, Hm]
+            hidden = self.draft.draft_block(emb, pos, kv, valid)[:, 1:]  # [batch, n, Hm]
             logits = self.draft_head(hidden.to(self.draft_head.weight.dtype)).float()  # [batch, n, V]
-            anchor = torch.stack([s.anchor for s in self.seqs])
+            anchor = torch.stack([s.anchor for s in seqs])
         return DraftOutput(
             hidden=hidden,
             logits=logits,
             anchor=anchor,
             anchor_valid=torch.ones(len(pending), dtype=torch.bool),
-            requests=[s.request for s in self.seqs],
+            requests=[s.request for s in seqs],
             anchor_tokens=pending,
         )
 

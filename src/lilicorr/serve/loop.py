@@ -4,11 +4,18 @@ The HTTP layer only enqueues jobs and reads per-job asyncio queues, so it never 
 and the engine never waits on a client. Requests join between steps (up to ``max_num_seqs``; the
 rest wait in FIFO order) and leave when they finish or their client goes away (``cancel`` frees
 their cache rows at the next step boundary).
+
+A speculative engine runs under the load policy by default (``decoding/policy.py``): each step it
+decides from measured costs how many tokens each running request drafts, down to plain steps under
+load, so serving with a drafter is not slower than serving without one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
+import ctypes.util
 import logging
 import threading
 import time
@@ -48,9 +55,24 @@ class Job:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, update)
 
 
+def _malloc_trim() -> None:
+    """Hand freed heap pages back to the OS (glibc). CPU tensors of a batch come and go in sizes that change
+    every step, and glibc keeps the freed pages of its heap; trimming when the engine goes idle keeps the
+    resident size of a server flat between rounds of load instead of creeping to the largest round's."""
+    path = ctypes.util.find_library("c")
+    if path is None:
+        return
+    with contextlib.suppress(OSError, AttributeError):  # not glibc
+        ctypes.CDLL(path).malloc_trim(0)
+
+
 class EngineLoop:
-    def __init__(self, engine: SpecEngine, metrics: ServerMetrics, max_num_seqs: int = 8):
+    def __init__(self, engine: SpecEngine, metrics: ServerMetrics, max_num_seqs: int = 8, load_policy: bool = True):
+        """``load_policy``: a speculative engine plans every step with the load policy (the default);
+        False keeps the engine's own configuration (fixed drafts, or its draft gate)."""
         self.engine, self.metrics, self.max_num_seqs = engine, metrics, max_num_seqs
+        if load_policy and engine.speculative and engine.policy is None:
+            engine.use_load_policy()
         self.waiting: deque[Job] = deque()
         self.running: dict[int, Job] = {}
         self.cancelled: set[int] = set()
@@ -115,6 +137,12 @@ class EngineLoop:
                 if toks:
                     self._emit(by_req[id(req)])
             self.metrics.sync_spec(self.engine.stats)
+            policy = self.engine.policy
+            if policy is not None and policy.last is not None:
+                self.metrics.record_plan(policy.last)
+                policy.last = None  # shown once
+            if not self.running and not self.waiting:
+                _malloc_trim()  # the batch just emptied: a natural point to return freed memory
         self.metrics.running.labels(name).set(len(self.running))
         self.metrics.waiting.labels(name).set(len(self.waiting))
         return bool(admit or self.running)

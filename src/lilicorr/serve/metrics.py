@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from lilicorr.decoding.policy import StepPlan
 from lilicorr.decoding.stats import SpecStats
 
 _LATENCY_BUCKETS = (
@@ -31,6 +32,9 @@ _LATENCY_BUCKETS = (
 )
 
 
+_DRAFT_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
 class ServerMetrics:
     def __init__(self, model_name: str):
         self.registry = CollectorRegistry()
@@ -47,7 +51,7 @@ class ServerMetrics:
         )
         self.paused = Counter(
             "lilicorr:spec_decode_num_paused_steps",
-            "Engine steps run without the drafter (adaptive verification: drafting measured slower than plain)",
+            "Engine steps run without the drafter (the load policy, or the draft gate, chose a plain step)",
             m,
             registry=r,
         )
@@ -55,6 +59,29 @@ class ServerMetrics:
             "vllm:spec_decode_num_accepted_tokens_per_pos",
             "Accepted draft tokens per draft position",
             [*m, "position"],
+            registry=r,
+        )
+        # the load policy's decision (decoding/policy.py), per engine step
+        self.draft_width = Gauge(
+            "lilicorr:spec_decode_draft_width", "Draft tokens per drafting request, last step (0: plain)", m, registry=r
+        )
+        self.drafting = Gauge(
+            "lilicorr:num_requests_drafting", "Running requests that drafted, last step", m, registry=r
+        )
+        self.paused_requests = Gauge(
+            "lilicorr:num_requests_paused", "Running requests the policy left without drafts, last step", m, registry=r
+        )
+        self.step_draft_tokens = Histogram(
+            "lilicorr:spec_decode_draft_tokens_per_step",
+            "Draft tokens verified per engine step over the batch (0: a plain step)",
+            m,
+            buckets=_DRAFT_BUCKETS,
+            registry=r,
+        )
+        self.policy_steps = Counter(
+            "lilicorr:spec_decode_policy_steps",
+            "Engine steps by the load policy's decision",
+            [*m, "decision"],
             registry=r,
         )
         self.running = Gauge("vllm:num_requests_running", "Requests in the running batch", m, registry=r)
@@ -92,3 +119,12 @@ class ServerMetrics:
             num_proposed_tokens=total.num_proposed_tokens,
             num_paused_steps=total.num_paused_steps,
         )
+
+    def record_plan(self, plan: StepPlan) -> None:
+        """One engine step's decision: its width, how many rows drafted and how many were paused."""
+        n = self.model_name
+        self.draft_width.labels(n).set(plan.width)
+        self.drafting.labels(n).set(len(plan.rows))
+        self.paused_requests.labels(n).set(plan.batch - len(plan.rows))
+        self.step_draft_tokens.labels(n).observe(plan.draft_tokens)
+        self.policy_steps.labels(n, "draft" if plan.width else "plain").inc()

@@ -1,0 +1,291 @@
+"""``lilicorr bench serve``: servers under load, measured from the client side as a user sees them.
+
+Each arm is a server started as a subprocess on a loopback port — ``lilicorr serve`` (plain, or a
+speculative config: the load policy is its default; ``fixed`` arms run the config as given, without it)
+or llama-server ``-np N`` — and is driven at every concurrency with the same fixed prompt set (ShareGPT,
+MT-Bench and HumanEval in turn, temperatures in turn), streamed chat completions. Per level: output
+tokens/s, requests/s, TTFT and inter-chunk latency p50/p99, τ (from the server's own counters) and the
+server's resident memory. Results go to ``serve.json``; ``write_serve_page`` makes the page and a plot
+per metric (``report.py`` for the static bench).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from lilicorr.data.prompt_sets import load_set, read_prompt_rows, round_robin
+from lilicorr.runtime.llama_server import LlamaServer, free_port
+
+SHAREGPT = Path("data/prompts/sharegpt.jsonl")
+SLOT_CTX = 2048  # llama-server: context per slot (its -c is shared by the -np slots)
+METRICS = ("output_tok_s", "req_s", "ttft_p50", "ttft_p99", "itl_p50", "itl_p99", "tau", "rss_mib")
+LABELS = {
+    "output_tok_s": "output tokens/s",
+    "req_s": "requests/s",
+    "ttft_p50": "TTFT p50 (s)",
+    "ttft_p99": "TTFT p99 (s)",
+    "itl_p50": "inter-token latency p50 (s)",
+    "itl_p99": "inter-token latency p99 (s)",
+    "tau": "τ (server counters)",
+    "rss_mib": "server resident memory (MiB)",
+}
+
+
+@dataclass
+class ServeArm:
+    """One server: ``spec`` a vLLM-style speculative config (None: plain); ``load_policy`` False runs the config
+    as given; ``llama_gguf`` set: llama-server on that GGUF (``llama_draft``: with a DFlash drafter GGUF)."""
+
+    name: str
+    spec: dict | None = None
+    load_policy: bool = True
+    llama_gguf: str | None = None
+    llama_draft: str | None = None
+
+
+@dataclass
+class ServeBenchConfig:
+    target: str
+    arms: list[ServeArm]
+    concurrencies: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])
+    requests_per_level: int = 64  # at least 2 × concurrency is used
+    max_tokens: int = 128
+    temperatures: list[float] = field(default_factory=lambda: [0.0, 0.7, 1.0])
+    threads: int = 2
+    seed: int = 0
+    level_timeout_s: float = 1800.0  # a level that takes longer is cut and reported as such
+
+
+def serve_prompts(n: int) -> list[dict]:
+    """``n`` chat rows taken in turn from ShareGPT (the project's copy), MT-Bench and HumanEval."""
+    sets = [round_robin(read_prompt_rows(SHAREGPT), n)] if SHAREGPT.exists() else []
+    sets += [round_robin(load_set("mt-bench"), n), round_robin(load_set("humaneval"), n)]
+    rows = [s[i] for i in range(n) for s in sets if i < len(s)]
+    return [{"id": r["id"], "messages": r.get("messages") or [{"role": "user", "content": r["prompt"]}]} for r in rows][
+        :n
+    ]
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    return s[min(int(q * (len(s) - 1) + 0.5), len(s) - 1)]
+
+
+async def drive(url: str, model: str, prompts: list[dict], concurrency: int, n: int, cfg: ServeBenchConfig) -> dict:
+    """``n`` streamed chat requests, ``concurrency`` in flight; the client's view of one level."""
+    import httpx
+
+    sem = asyncio.Semaphore(concurrency)
+    ttft, itl, tokens, errors = [], [], [], 0
+
+    async def one(client: httpx.AsyncClient, i: int) -> None:
+        nonlocal errors
+        body = {
+            "model": model,
+            "messages": prompts[i % len(prompts)]["messages"],
+            "max_tokens": cfg.max_tokens,
+            "temperature": cfg.temperatures[i % len(cfg.temperatures)],
+            "seed": cfg.seed + i,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        async with sem:
+            t0, last, used = time.perf_counter(), None, None
+            try:
+                async with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
+                    if r.status_code != 200:
+                        errors += 1
+                        return
+                    async for line in r.aiter_lines():
+                        if not line.startswith("data: ") or line == "data: [DONE]":
+                            continue
+                        chunk = json.loads(line[6:])
+                        used = chunk.get("usage") or used
+                        if chunk.get("choices") and (chunk["choices"][0].get("delta") or {}).get("content"):
+                            now = time.perf_counter()
+                            (ttft.append(now - t0) if last is None else itl.append(now - last))
+                            last = now
+            except httpx.HTTPError:
+                errors += 1
+                return
+            tokens.append(int(used["completion_tokens"]) if used else 0)
+
+    t0 = time.perf_counter()
+    async with httpx.AsyncClient(timeout=cfg.level_timeout_s) as client:
+        await asyncio.wait_for(asyncio.gather(*(one(client, i) for i in range(n))), cfg.level_timeout_s)
+    wall = time.perf_counter() - t0
+    return {
+        "concurrency": concurrency,
+        "requests": n,
+        "errors": errors,
+        "wall_s": round(wall, 3),
+        "output_tokens": sum(tokens),
+        "output_tok_s": round(sum(tokens) / wall, 3),
+        "req_s": round(len(tokens) / wall, 4),
+        **{f"ttft_p{q}": _pct(ttft, q / 100) for q in (50, 99)},
+        **{f"itl_p{q}": _pct(itl, q / 100) for q in (50, 99)},
+    }
+
+
+def _scrape(url: str) -> dict[str, float]:
+    """Summed counters of ``/metrics`` (our server: vLLM's names); {} where there are none."""
+    import httpx
+
+    try:
+        text = httpx.get(url + "/metrics", timeout=10).text
+    except httpx.HTTPError:
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("vllm:spec_decode_num_") and "_total" in line and "per_pos" not in line:
+            key = line.split("{")[0].split(" ")[0]
+            out[key] = out.get(key, 0.0) + float(line.split()[-1])
+    return out
+
+
+def _rss_mib(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
+class _OurServer:
+    """``lilicorr serve`` in a subprocess (``fixed`` arms: ``lilicorr.serve.run`` without the load policy)."""
+
+    def __init__(self, cfg: ServeBenchConfig, arm: ServeArm, log: Path):
+        self.port, self.log = free_port(), log
+        self.url = f"http://127.0.0.1:{self.port}"
+        entry = ["lilicorr.cli.main", "serve"] if arm.load_policy else ["lilicorr.serve.run"]
+        self.cmd = [sys.executable, "-m", *entry, cfg.target, "--port", str(self.port)]
+        self.cmd += ["--served-model-name", "bench", "--max-num-seqs", str(max(cfg.concurrencies))]
+        self.cmd += ["--threads", str(cfg.threads)]
+        if arm.spec is not None:
+            self.cmd += ["--speculative-config", json.dumps(arm.spec)]
+
+    def __enter__(self) -> _OurServer:
+        import httpx
+
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("w") as out:
+            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
+        deadline = time.time() + 600
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}; log: {self.log}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        self.__exit__()
+        raise TimeoutError(f"server did not become healthy; log: {self.log}")
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def _server(cfg: ServeBenchConfig, arm: ServeArm, out: Path):
+    if arm.llama_gguf is None:
+        return _OurServer(cfg, arm, out / "logs" / f"{arm.name}.log")
+    return LlamaServer(
+        arm.llama_gguf,
+        arm.llama_draft,
+        threads=cfg.threads,
+        ctx_size=SLOT_CTX * max(cfg.concurrencies),
+        parallel=max(cfg.concurrencies),
+        log=out / "logs" / f"{arm.name}.log",
+    )
+
+
+def run_serve_bench(cfg: ServeBenchConfig, out: Path) -> dict:
+    """Every arm at every concurrency; writes ``serve.json`` after each level (a partial run keeps what it has)."""
+    out.mkdir(parents=True, exist_ok=True)
+    prompts = serve_prompts(max(cfg.requests_per_level, 2 * max(cfg.concurrencies)))
+    results = {"config": {**asdict(cfg), "prompts": [p["id"] for p in prompts]}, "arms": {}}
+    for arm in cfg.arms:
+        with _server(cfg, arm, out) as srv:
+            levels = results["arms"].setdefault(arm.name, [])
+            asyncio.run(drive(srv.url, "bench", prompts, 1, 2, cfg))  # warm-up, not recorded: first-call costs
+            for c in cfg.concurrencies:
+                n = max(cfg.requests_per_level, 2 * c)
+                before = _scrape(srv.url)
+                level = asyncio.run(drive(srv.url, "bench", prompts, c, n, cfg))
+                after = _scrape(srv.url)
+                drafts = after.get("vllm:spec_decode_num_drafts_total", 0) - before.get(
+                    "vllm:spec_decode_num_drafts_total", 0
+                )
+                acc = after.get("vllm:spec_decode_num_accepted_tokens_total", 0) - before.get(
+                    "vllm:spec_decode_num_accepted_tokens_total", 0
+                )
+                level["tau"] = round(1 + acc / drafts, 4) if drafts else None
+                level["rss_mib"] = _rss_mib(srv.proc.pid)
+                levels.append(level)
+                (out / "serve.json").write_text(json.dumps(results, indent=1))
+                print(f"{arm.name} c={c}: {level['output_tok_s']} tok/s, errors {level['errors']}", flush=True)
+    return results
+
+
+def write_serve_page(results: dict, page: Path, command: str) -> Path:
+    """The results page: a table per metric (arms × concurrency) and a plot per metric beside it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    page.parent.mkdir(parents=True, exist_ok=True)
+    arms = results["arms"]
+    levels = sorted({lv["concurrency"] for lvs in arms.values() for lv in lvs})
+    cfg = results["config"]
+    lines = [
+        "# Serving under load",
+        "",
+        f"Generated by `{command}`." if command else "",
+        "",
+        f"Target `{cfg['target']}`, {cfg['max_tokens']} output tokens at most, temperatures {cfg['temperatures']} in "
+        f"turn, {len(cfg['prompts'])} prompts (ShareGPT, MT-Bench, HumanEval in turn), streamed chat completions; "
+        "ITL is the gap between streamed chunks (a speculative step can send several tokens at once).",
+        "",
+    ]
+    for metric in METRICS:
+        png = page.with_name(f"{page.stem}-{metric}.png")
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        lines += [f"## {LABELS[metric]}", "", "| arm | " + " | ".join(f"c={c}" for c in levels) + " |"]
+        lines.append("|---|" + "---:|" * len(levels))
+        for name, lvs in arms.items():
+            by_c = {lv["concurrency"]: lv.get(metric) for lv in lvs}
+            cells = [("" if by_c.get(c) is None else f"{by_c[c]:.4g}") for c in levels]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+            pts = [(c, by_c[c]) for c in levels if by_c.get(c) is not None]
+            if pts:
+                ax.plot([c for c, _ in pts], [v for _, v in pts], marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrency")
+        ax.set_ylabel(LABELS[metric])
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(png, dpi=110)
+        plt.close(fig)
+        lines += ["", f"![{LABELS[metric]}]({png.name})", ""]
+    errors = sum(lv["errors"] for lvs in arms.values() for lv in lvs)
+    lines.append(f"Errors over all arms and levels: {errors}.")
+    page.write_text("\n".join(lines) + "\n")
+    return page

@@ -1,0 +1,196 @@
+"""Speculation that adapts to load (the server's default): per engine step, how many tokens each running
+request drafts — down to none, a plain step, when drafting would lower throughput.
+
+Why one width per step: the verify pass is one rectangular forward ``[batch, W + 1]``, so a row drafting
+fewer than W tokens would save nothing there; what a row can save is the drafter's own work. Each row
+therefore drafts W tokens or none (a paused row's W verify slots are padding and its position 0 is exactly
+a plain step's). Over the widths W = 1…n and the number k of drafting rows — the k with the best recent
+acceptance, since every cost depends on k alone — the plan maximises the predicted tokens per second:
+
+    value(W, k) = (b + Σ_{k best rows} E_i(W)) / (cost(b, W + 1) + extra_draft(k))
+    value(0)    =  b                           / (cost(b, 1)     + extra_plain(b))
+    E_i(W)      = min(ρ_i · g(W), W)
+
+- ``cost``: the target's verify time for b rows × (W + 1) tokens, the curve measured when the policy starts
+  (``CostModel``): at high load a wider verify costs about as much per token as a plain step, so drafts
+  must return more than they add, and at batch 1 it is nearly flat, so every draft is almost free;
+- ``g(W)``: expected accepted drafts at width W over all requests, from the realised per-position (tree:
+  per-rank) rates (``AdaptiveWidth.curve``);
+- ``ρ_i``: the request's recent acceptance relative to g — decayed sums of its accepted drafts and of g at
+  the widths it verified, starting at 1 (as good as the average); while it is paused the evidence fades
+  back to 1, so a request that once drafted badly is tried again when the batch allows it;
+- ``extra``: the measured wall time of a step beyond its predicted verify cost (the drafter, the proposal,
+  the bookkeeping), by rows (``Overheads``). Drafting must beat the plain step by ``margin``, since a
+  wrong "draft" costs a whole wide verify and a wrong "plain" only a few tokens.
+
+Lossless: the plan reads only past outcomes and measured times, never the target's current logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from lilicorr.decoding.adaptive import AdaptiveWidth, CostModel
+from lilicorr.decoding.proposal import Proposal
+from lilicorr.decoding.verify import Verdict, Verifier
+
+
+@dataclass
+class RowAcceptance:
+    """One request's recent acceptance relative to the engine-wide curve; lives (and dies) with its row."""
+
+    accepted: float = 0.0  # decayed sum of accepted drafts
+    expected: float = 0.0  # decayed sum of g(W) at the widths it verified
+
+    def rho(self, prior: float) -> float:
+        return (self.accepted + prior) / (self.expected + prior)
+
+
+@dataclass
+class StepPlan:
+    """One step's decision: the verify width and the rows that draft (none: a plain step)."""
+
+    batch: int
+    width: int  # W: draft tokens per drafting row (0: a plain step)
+    rows: list[int]  # drafting rows, ascending
+    value: float  # predicted tokens per second of this plan
+    plain_value: float  # … of a plain step
+
+    @property
+    def draft_tokens(self) -> int:
+        return self.width * len(self.rows)
+
+
+def plan_step(
+    gains: torch.Tensor, cost: CostModel, extra_draft: list[float], extra_plain: float, margin: float = 0.05
+) -> StepPlan:
+    """The decision, pure: ``gains [b, n + 1]`` expected accepted drafts of each row at each width (column 0
+    is 0), ``extra_draft[k − 1]`` seconds a step with k drafting rows spends beyond its verify, and
+    ``extra_plain`` a plain step's."""
+    b, n1 = gains.shape
+    plain = b / max(cost(b, 1) + extra_plain, 1e-12)
+    if n1 < 2 or b == 0:
+        return StepPlan(b, 0, [], plain, plain)
+    best = gains[:, 1:].sort(0, descending=True).values.cumsum(0)  # [b, n]: Σ of the k best rows at width W
+    verify = torch.tensor([cost(b, w + 1) for w in range(1, n1)], dtype=torch.float64)  # [n]
+    extra = torch.tensor(extra_draft[:b], dtype=torch.float64)[:, None]  # [b, 1]
+    value = (b + best) / (verify[None] + extra).clamp_min(1e-12)  # [k, W]
+    flat = int(value.argmax())  # ties: the fewest rows, then the narrowest width
+    k, width = flat // (n1 - 1) + 1, flat % (n1 - 1) + 1
+    top = float(value.flatten()[flat])
+    if top <= plain * (1.0 + margin):
+        return StepPlan(b, 0, [], top, plain)
+    rows = sorted(gains[:, width].argsort(descending=True, stable=True)[:k].tolist())
+    return StepPlan(b, width, rows, top, plain)
+
+
+@dataclass
+class Overheads:
+    """Running means of a step's seconds beyond its predicted verify cost, by rows (power-of-two buckets).
+    An unmeasured size borrows the nearest measured one, scaled up linearly when larger and not scaled down
+    when smaller: a guess errs towards costing more, and the step itself then measures the truth."""
+
+    smoothing: float = 0.3
+    means: dict[int, list[float]] = field(default_factory=dict)  # bucket → [rows, seconds]
+
+    @staticmethod
+    def _bucket(rows: int) -> int:
+        return max(rows, 1).bit_length() - 1
+
+    def record(self, rows: int, seconds: float) -> None:
+        seconds = max(seconds, 0.0)
+        m = self.means.setdefault(self._bucket(rows), [float(rows), seconds])
+        a = self.smoothing
+        m[0], m[1] = (1 - a) * m[0] + a * rows, (1 - a) * m[1] + a * seconds
+
+    def __call__(self, rows: int) -> float:
+        if not self.means:
+            return 0.0  # never measured: optimistic once, so the first step measures it
+        near = min(self.means, key=lambda k: (abs(k - self._bucket(rows)), -k))
+        r, s = self.means[near]
+        return s * max(rows / max(r, 1e-9), 1.0)
+
+
+@dataclass
+class LoadPolicy:
+    """Plans each step (``plan``) and learns from it (``record``); ``last`` is what ``/metrics`` shows."""
+
+    n: int  # the proposer's width: chain tokens or tree nodes
+    cost: CostModel
+    tree: bool = False
+    margin: float = 0.05
+    prior: float = 1.0  # weight of ρ's prior, in expected accepted drafts
+    decay: float = 0.7  # per drafting step: "recent" is the last few steps
+    fade: float = 0.95  # per paused step: evidence fades back towards the prior
+    calib: AdaptiveWidth = field(init=False)
+    extra_draft: Overheads = field(default_factory=Overheads)
+    extra_plain: Overheads = field(default_factory=Overheads)
+    last: StepPlan | None = None
+
+    def __post_init__(self) -> None:
+        self.calib = AdaptiveWidth(self.n, self.cost, tree=self.tree)
+
+    def gains(self, rows: list[RowAcceptance]) -> torch.Tensor:
+        """``[b, n + 1]``: E_i(W) = min(ρ_i · g(W), W)."""
+        g = self.calib.curve()  # [n + 1]
+        rho = torch.tensor([r.rho(self.prior) for r in rows], dtype=torch.float64)  # [b]
+        return torch.minimum(rho[:, None] * g[None], torch.arange(self.n + 1, dtype=torch.float64)[None])
+
+    def plan(self, rows: list[RowAcceptance]) -> StepPlan:
+        b = len(rows)
+        extra = [self.extra_draft(k) for k in range(1, b + 1)]
+        self.last = plan_step(self.gains(rows), self.cost, extra, self.extra_plain(b), self.margin)
+        return self.last
+
+    def record(self, plan: StepPlan, rows: list[RowAcceptance], paths: list[list[int]], seconds: float) -> None:
+        """After the step: ``paths`` the drafting rows' accepted verify positions (in ``plan.rows`` order),
+        ``seconds`` the step's wall time."""
+        b, w = plan.batch, plan.width
+        if not w:
+            self.extra_plain.record(b, seconds - self.cost(b, 1))
+            for r in rows:
+                r.accepted, r.expected = self.fade * r.accepted, self.fade * r.expected
+            return
+        self.extra_draft.record(len(plan.rows), seconds - self.cost(b, w + 1))
+        g = float(self.calib.curve()[w])
+        drafting = set(plan.rows)
+        for i, r in enumerate(rows):
+            if i not in drafting:
+                r.accepted, r.expected = self.fade * r.accepted, self.fade * r.expected
+        for i, path in zip(plan.rows, paths, strict=True):
+            r = rows[i]
+            r.accepted = self.decay * r.accepted + len(path) - 1
+            r.expected = self.decay * r.expected + g
+        self.calib.update(torch.ones(len(paths), self.n), paths, w)
+
+
+def widen(proposal: Proposal, rows: list[int], pending: torch.Tensor) -> Proposal:
+    """The drafting rows' proposal ``[k, W]`` widened to the whole batch ``[batch, W]`` for the one verify
+    pass: a paused row's slots repeat its pending token as a chain (in a tree too). Causal attention keeps
+    its position 0 blind to them, and only position 0 of a paused row is read."""
+    b, w = len(pending), proposal.tokens.shape[1]
+    tokens = pending[:, None].expand(b, w).clone()  # [batch, W]
+    tokens[rows] = proposal.tokens
+    if not proposal.is_tree:
+        return Proposal(tokens=tokens)
+    parents = torch.arange(w).expand(b, w).clone()  # [batch, W]: a chain
+    parents[rows] = proposal.parents
+    return Proposal(tokens=tokens, parents=parents)
+
+
+def verify_rows(
+    verifier: Verifier, proposal: Proposal | None, rows: list[int] | None, logits: torch.Tensor, requests: list
+) -> list[Verdict]:
+    """Verdicts for every row: ``rows`` (None: all) against their drafts ``proposal [k, W]``, the others as
+    plain steps from their verify position 0, which saw exactly what a plain step's does."""
+    if rows is None or proposal is None:
+        return verifier.verify(proposal, logits, requests)
+    chosen = set(rows)
+    others = [i for i in range(len(requests)) if i not in chosen]
+    verdicts: dict[int, Verdict] = {}
+    for idx, prop in ((rows, proposal), (others, None)):
+        if idx:
+            verdicts.update(zip(idx, verifier.verify(prop, logits[idx], [requests[i] for i in idx]), strict=True))
+    return [verdicts[i] for i in range(len(requests))]

@@ -1,0 +1,174 @@
+"""The load policy (``decoding/policy.py``): its decisions on scripted costs, what it learns from outcomes, and
+losslessness while it really varies the width and the drafting rows (greedy identity under batching, the exact
+sampling distribution)."""
+
+import pytest
+import torch
+
+from lilicorr.decoding.adaptive import CostModel
+from lilicorr.decoding.build import build_engine
+from lilicorr.decoding.config import SpecConfig
+from lilicorr.decoding.policy import LoadPolicy, Overheads, RowAcceptance, StepPlan, plan_step
+from lilicorr.decoding.request import Request
+from lilicorr.decoding.sampling import SamplingParams
+from tests.decoding.engine_helpers import random_draft
+from tests.decoding.test_adaptive import _joint_counts
+from tests.decoding.test_engine_greedy import MAX_TOKENS, _greedy_no_cache, _prompts, _requests
+from tests.decoding.test_engine_sampling import ALPHA, exact_distribution, p_value
+
+# a CPU-like verify curve: flat up to 16 tokens a pass, then every token costs what it costs alone (1 ms)
+CPU = CostModel(base=0.0, per_token=0.0, points=((1.0, 0.016), (16.0, 0.016), (64.0, 0.064)))
+
+
+def _gains(rates: list[float], n: int) -> torch.Tensor:
+    """``[b, n + 1]`` expected accepted drafts of chains whose tokens are each accepted with ``rate``."""
+    a = torch.tensor(rates, dtype=torch.float64)[:, None] ** torch.arange(1, n + 1)[None]  # [b, n]
+    return torch.cat([torch.zeros(len(rates), 1, dtype=torch.float64), a.cumsum(1)], 1)
+
+
+def test_batch_one_high_acceptance_drafts_the_full_length():
+    plan = plan_step(_gains([0.9], 15), CPU, extra_draft=[0.002], extra_plain=0.0)
+    assert plan.width == 15 and plan.rows == [0] and plan.value > plan.plain_value
+
+
+def test_high_batch_low_acceptance_is_a_plain_step():
+    plan = plan_step(_gains([0.3] * 32, 15), CPU, extra_draft=[0.0005 * k for k in range(1, 33)], extra_plain=0.0)
+    assert plan.width == 0 and plan.rows == [] and plan.draft_tokens == 0
+
+
+def test_width_shrinks_with_load_and_comes_back_when_the_batch_shrinks():
+    widths = [plan_step(_gains([0.7] * b, 15), CPU, [0.001] * b, 0.0).width for b in (1, 2, 4, 8, 16, 32)]
+    assert widths[0] == 15 and widths[-1] == 0
+    assert all(a >= b for a, b in zip(widths, widths[1:], strict=False)), widths  # never wider under more load
+    assert plan_step(_gains([0.7], 15), CPU, [0.001], 0.0).width == 15  # one request left: full length again
+
+
+def test_rows_that_do_not_pay_for_their_drafter_pause():
+    """A drafter costing 2 ms a row: the two sure rows draft, the two that are almost never right do not."""
+    plan = plan_step(_gains([0.9, 0.05, 0.9, 0.05], 3), CPU, [0.002 * k for k in range(1, 5)], 0.0)
+    assert plan.rows == [0, 2] and plan.width >= 1
+
+
+def test_a_marginal_gain_stays_plain():
+    """Drafting predicted 3 % faster than a plain step is below the 5 % margin: a plain step."""
+    gains = torch.tensor([[0.0, 0.03]], dtype=torch.float64)
+    flat = CostModel(base=1.0, per_token=0.0)
+    assert plan_step(gains, flat, [0.0], 0.0).width == 0
+    assert plan_step(gains, flat, [0.0], 0.0, margin=0.0).width == 1
+
+
+def test_row_acceptance_is_learnt_and_fades_back_while_paused():
+    policy = LoadPolicy(3, CPU)
+    rows = [RowAcceptance(), RowAcceptance()]
+    for _ in range(10):  # row 0 accepts all three drafts, row 1 none
+        policy.record(StepPlan(2, 3, [0, 1], 1.0, 1.0), rows, [[0, 1, 2, 3], [0]], seconds=0.02)
+    g = policy.gains(rows)
+    assert rows[0].rho(policy.prior) > 1.2 and rows[1].rho(policy.prior) < 0.2
+    assert float(g[0, 3]) > 5 * float(g[1, 3])
+    assert policy.calib.reached[0] == 20 and policy.calib.realised[0] == 10  # the engine-wide curve learnt too
+    low = rows[1].rho(policy.prior)
+    for _ in range(60):  # paused steps: the evidence fades, ρ returns towards 1
+        policy.record(StepPlan(2, 0, [], 1.0, 1.0), rows, [], seconds=0.016)
+    assert low < rows[1].rho(policy.prior) < 1.0 and rows[1].rho(policy.prior) > 0.5
+    assert policy.extra_plain(2) == pytest.approx(0.0, abs=1e-9) and policy.extra_draft(2) > 0.0
+
+
+def test_overheads_borrow_the_nearest_measured_size_pessimistically():
+    o = Overheads()
+    assert o(8) == 0.0  # never measured
+    o.record(4, 0.004)
+    assert o(4) == pytest.approx(0.004) and o(16) == pytest.approx(0.016)  # larger: scaled up
+    assert o(1) == pytest.approx(0.004)  # smaller: not scaled down
+
+
+class RandomPlans(LoadPolicy):
+    """Widths 0…n and drafting rows drawn at random, independently of the target: any such plan must stay
+    lossless, and random draws exercise paused rows beside drafting ones, every width and plain steps."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.g = torch.Generator().manual_seed(0)
+        self.paused_rows = 0  # rows left without drafts in steps where others drafted
+
+    def plan(self, rows: list[RowAcceptance]) -> StepPlan:
+        b = len(rows)
+        plain = float(torch.rand(1, generator=self.g)) < 0.25
+        width = 0 if plain else int(torch.randint(1, self.n + 1, (1,), generator=self.g))
+        pick = torch.rand(b, generator=self.g) < 0.5
+        chosen = pick.nonzero().squeeze(1).tolist() if width else []
+        self.last = StepPlan(b, width if chosen else 0, chosen, 1.0, 1.0)
+        self.paused_rows += (b - len(chosen)) if chosen else 0
+        return self.last
+
+
+def _random_plans(engine):
+    policy = engine.use_load_policy(batches=(1, 2))
+    assert policy is not None and engine.gate is None and engine.adaptive is None
+    engine.policy = RandomPlans(policy.n, policy.cost, tree=policy.tree)
+    return engine
+
+
+TREE9 = {"tree_budget": 9}
+
+
+@pytest.mark.parametrize(
+    "method, options",
+    [("dflash", {}), ("lilicorr", {}), ("ddtree", TREE9), ("lilicorr-tree", {**TREE9, "prompt_lookup_max": 2})],
+)
+def test_policy_greedy_identity_under_batching(tiny_target, method, options):
+    """Requests join a running batch at different times while random plans pause some rows and vary the
+    width: every request still gets the target's own greedy tokens."""
+    prompts = _prompts(12)
+    ref = [_greedy_no_cache(tiny_target.model, p, MAX_TOKENS) for p in prompts]
+    draft = random_draft(tiny_target, lilicorr=method.startswith("lilicorr"))
+    engine = _random_plans(build_engine(tiny_target, SpecConfig(method=method, options=options), draft))
+    reqs = _requests(prompts)
+    waiting = list(reqs)
+    engine.add([waiting.pop(0) for _ in range(3)])
+    while engine.seqs or waiting:
+        if waiting:  # one joins every step
+            engine.add([waiting.pop(0)])
+        engine.step()
+    assert [r.output_ids for r in reqs] == ref
+    st = engine.stats
+    assert st.num_paused_steps > 0 and engine.policy.paused_rows > 0
+    assert 0 < st.num_draft_tokens < st.num_proposed_tokens
+    assert sum(r.stats.num_drafts for r in reqs) == st.num_drafts  # paused rows record no draft
+
+
+def test_real_policy_greedy_identity_and_pauses_under_load(tiny_target):
+    """The real policy on a random drafter (drafts almost never accepted): lossless, and once the batch is
+    large it stops drafting."""
+    prompts = _prompts(16)
+    ref = [_greedy_no_cache(tiny_target.model, p, MAX_TOKENS) for p in prompts]
+    engine = build_engine(tiny_target, SpecConfig(method="dflash"), random_draft(tiny_target, lilicorr=False))
+    policy = engine.use_load_policy(batches=(1, 2))
+    policy.cost = CostModel(base=0.0, per_token=0.01)  # scripted: every verify token costs one plain step
+    reqs = engine.generate(_requests(prompts))
+    assert [r.output_ids for r in reqs] == ref
+    assert policy.last is not None and engine.stats.num_paused_steps > 0
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        SpecConfig(num_speculative_tokens=3, draft_sample_method="probabilistic"),
+        SpecConfig(method="lilicorr-tree", options={"tree_budget": 7}),
+    ],
+    ids=["chain", "tree"],
+)
+def test_policy_sampling_matches_target(small_vocab_target, cfg):
+    draft = random_draft(small_vocab_target, lilicorr=True, block=4, k=4)
+    engine = _random_plans(build_engine(small_vocab_target, cfg, draft))
+    exact = exact_distribution(small_vocab_target, SamplingParams(temperature=1.0))
+    assert p_value(_joint_counts(engine), exact) > ALPHA
+    assert engine.policy.paused_rows > 0 and engine.stats.num_accepted_tokens > 0
+
+
+def test_no_policy_without_drafts(tiny_target):
+    assert build_engine(tiny_target).use_load_policy() is None  # plain decoding: nothing to decide
+    req = Request([5, 6, 7], SamplingParams(max_tokens=4), eos_ids=frozenset())
+    engine = build_engine(tiny_target, SpecConfig(method="dflash"), random_draft(tiny_target, lilicorr=False))
+    engine.use_load_policy(batches=(1,))
+    engine.generate([req])
+    assert len(req.output_ids) == 4
