@@ -5,7 +5,7 @@ greedy output of the engine identical to the target's own (fp32, no cache) for D
 LiLiCorr tree at batch 1 and 2, and a checkpoint that round-trips. Sliding-window families decode past their
 window (the prompts are longer than it), so the runtime's own window masks are what is tested. A family the
 drafter cannot share its embedding, LM head or cache with is refused by name when a drafter attaches. The
-table in docs/guide/targets.md is checked against ``GREEN``, ``ENGINE_ONLY`` and ``REFUSED`` here.
+table in docs/guide/targets.md is checked against ``GREEN`` and ``REFUSED`` here.
 """
 
 from __future__ import annotations
@@ -54,17 +54,16 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
     "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", {}),
     "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM", {"sliding_window": W}),
 }  # fmt: skip
-GREEN = ["llama", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "gemma3", "mistral", "phi3", "olmo2"]
-# the engine runs them (any drafter); the trainer cannot build a drafter for them (fields named)
-ENGINE_ONLY = {"gpt_neox": "rms_norm_eps", "starcoder2": "rms_norm_eps"}
+# gpt_neox / starcoder2: LayerNorm families, whose drafter geometry falls back to layer_norm_eps / norm_epsilon
+# (and GPT-NeoX's KV heads to its attention heads, its layers under the gpt_neox. prefix)
+GREEN = ["llama", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "gemma3", "mistral", "phi3", "olmo2",
+         "gpt_neox", "starcoder2"]  # fmt: skip
 # refused by name when a drafter attaches
 REFUSED = {
     "gemma2": r"final_logit_softcapping = 30\.0",
     "granite": r"logits_scaling = 4\.0.*embedding_multiplier = 12\.0",
     "cohere": r"logit_scale = 0\.0625",
 }
-# the trainer fails first where the drafter's geometry lacks a field (before its first step, naming it)
-REFUSED_TRAINING = {"cohere": (AttributeError, "rms_norm_eps")}
 STEPS, MAX_NEW = 6, 14
 
 
@@ -228,25 +227,57 @@ def test_refused_family_is_named_when_a_drafter_attaches(family, tokenizer_dir, 
     assert _decode(target, None, None, prompts, batch=2) == [_reference(target.model, p) for p in prompts]
     with pytest.raises(TargetError, match=REFUSED[family]):
         TargetRuntime.load(target_dir, layer_ids=(0, 2))
-    error, match = REFUSED_TRAINING.get(family, (TargetError, REFUSED[family]))
-    with pytest.raises(error, match=match):  # the trainer: before its first step
+    with pytest.raises(TargetError, match=REFUSED[family]):  # the trainer: before its first step
         _train(target_dir, _training_data(target, tmp_path / "data.safetensors"), tmp_path / "draft")
     log = tmp_path / "draft-run" / "train.log"
     assert not log.exists() or '"loss"' not in log.read_text()
 
 
-@pytest.mark.parametrize("family", _params(list(ENGINE_ONLY)))
-def test_engine_only_family(family, tokenizer_dir, tmp_path):
-    """The engine runs any drafter on it (a random one here); the trainer's drafter geometry needs fields
-    these configs lack, which ``training_support`` names."""
-    from tests.decoding.engine_helpers import random_draft
+@pytest.mark.parametrize("family", _params(["gemma3", "gpt_neox", "llama"]))
+def test_init_from_target_copies_norms_as_the_scale_they_apply(family, tokenizer_dir, tmp_path):
+    """``--init-from-target`` under each family's prefix: the drafter's final norm (a plain RMSNorm) computes what
+    the target's does — Gemma's ``1 + weight`` included — and its layers' norms come from the target's last layers."""
+    from lilicorr.training.draft_config import build_model
 
-    target = TargetRuntime.load(make_target(family, tokenizer_dir, tmp_path / family))
-    assert any(ENGINE_ONLY[family] in p for p in training_support(target.model.config))
-    prompts = _prompts(target.vocab_size)
-    reference = [_reference(target.model, p) for p in prompts]
-    for method, lilicorr in (("dflash", False), ("lilicorr", True), ("lilicorr-tree", True)):
-        assert _decode(target, random_draft(target, lilicorr=lilicorr), method, prompts, batch=2) == reference, method
+    target_dir = make_target(family, tokenizer_dir, tmp_path / family)
+    target = TargetRuntime.load(target_dir)
+    with torch.no_grad():  # a non-trivial final norm: Gemma's zero init would equal the plain one by chance
+        for name, p in target.model.named_parameters():
+            if name.endswith(("norm.weight", "final_layer_norm.weight")):
+                p.uniform_(-0.5, 0.5)
+    cfg = DraftTrainConfig(target=str(target_dir), data="", out="", mode="dflash", num_layers=1, block_size=4,
+                           init_from_target=True)  # fmt: skip
+    draft = build_model(cfg, target)
+    x = torch.randn(3, target.model.config.hidden_size)
+    final = target.model.get_submodule({"gpt_neox": "gpt_neox.final_layer_norm"}.get(family, "model.norm"))
+    if family != "gpt_neox":  # a LayerNorm centres first: only its weight is copied
+        torch.testing.assert_close(draft.norm(x), final(x), rtol=1e-4, atol=1e-5)
+    src = {"gpt_neox": "gpt_neox.layers.3"}.get(family, "model.layers.3")
+    scale = target.model.get_submodule(f"{src}.input_layernorm").weight
+    expected = 1 + scale if family == "gemma3" else scale
+    assert torch.equal(draft.layers[0].input_layernorm.weight, expected)
+
+
+def test_training_support_names_a_missing_geometry_field():
+    """The trainer's geometry falls back across LayerNorm families' field names; a config with none of an
+    epsilon's names is named before training (``runtime.arch.training_support``)."""
+    from lilicorr.training.draft_config import target_geometry
+
+    fields = {k: v for k, v in BASE.items() if k != "num_key_value_heads"}  # GPT-NeoX has none: MHA
+    neox = transformers.GPTNeoXConfig(**fields, vocab_size=64)
+    assert training_support(neox) == []
+    geo = target_geometry(neox)  # no num_key_value_heads / rms_norm_eps / head_dim of its own
+    assert (geo["num_key_value_heads"], geo["head_dim"], geo["rms_norm_eps"]) == (4, 16, neox.layer_norm_eps)
+    gemma = transformers.Gemma3TextConfig(**{**BASE, "vocab_size": 64, **FAMILIES["gemma3"][2]})
+    assert target_geometry(gemma)["rope_theta"] == 1e6  # per-layer-type RoPE: the global layers' base
+
+    class NoEps:  # a config with a width and heads but no epsilon under any name
+        hidden_size, num_attention_heads = 64, 4
+
+        def get_text_config(self, decoder=True):
+            return self
+
+    assert any("rms_norm_eps / layer_norm_eps" in p for p in training_support(NoEps()))
 
 
 def test_docs_table_matches_the_matrix():
@@ -257,6 +288,5 @@ def test_docs_table_matches_the_matrix():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if line.startswith("|") and len(cells) >= 3 and cells[0].startswith("`"):
             rows[cells[0].strip("`")] = cells[2]
-    expected = {**dict.fromkeys(GREEN, "green"), **dict.fromkeys(ENGINE_ONLY, "engine only"),
-                **dict.fromkeys(REFUSED, "refused")}  # fmt: skip
+    expected = {**dict.fromkeys(GREEN, "green"), **dict.fromkeys(REFUSED, "refused")}
     assert rows == expected

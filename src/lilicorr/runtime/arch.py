@@ -24,8 +24,10 @@ FULL, SLIDING = "full_attention", "sliding_attention"
 # config fields that change the logits or the input embeddings outside the two shared modules
 LOGIT_FIELDS = ("final_logit_softcapping", "logits_scaling", "logit_scale", "output_multiplier_scale")
 EMBED_FIELDS = ("embedding_multiplier", "scale_emb", "embedding_multiplier_scale")
-# config fields a drafter's geometry is copied from (training/draft_config.build_draft_config)
-DRAFTER_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "rms_norm_eps")
+# config fields a drafter's geometry is copied from (training/draft_config.target_geometry), each with the
+# alternatives it falls back to (the rest — KV heads, head size, MLP width — have defaults of their own)
+DRAFTER_FIELDS = (("hidden_size",), ("num_attention_heads",),
+                  ("rms_norm_eps", "layer_norm_eps", "norm_epsilon", "layer_norm_epsilon"))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ def training_support(config) -> list[str]:
     """What keeps the trainer from building a drafter for ``config`` (empty: nothing): the fields its
     geometry is copied from. The engine does not need them: a drafter trained elsewhere still runs."""
     cfg = config.get_text_config(decoder=True)
-    missing = [f for f in DRAFTER_FIELDS if getattr(cfg, f, None) is None]
+    missing = [" / ".join(fs) for fs in DRAFTER_FIELDS if all(getattr(cfg, f, None) is None for f in fs)]
     return [f"config fields {missing} missing: the trainer copies a drafter's geometry from them"] if missing else []
 
 

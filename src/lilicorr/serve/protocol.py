@@ -254,11 +254,15 @@ def parse_common(
 
 
 def completion_prompt(body: dict, tokenizer) -> list[int]:
+    """A completions prompt's ids: text as the model saw a document start (``<bos>`` first where the tokenizer
+    adds one: Gemma continues text without it badly), token ids as given."""
+    from lilicorr.data.chat import text_ids
+
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]
     if isinstance(prompt, str):
-        return tokenizer.encode(check_text(prompt, "prompt"), add_special_tokens=False)
+        return text_ids(tokenizer, check_text(prompt, "prompt"))
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         bad = [t for t in prompt if not 0 <= t < len(tokenizer)]
         if bad:
@@ -274,6 +278,8 @@ def completion_prompt(body: dict, tokenizer) -> list[int]:
 
 
 def chat_prompt(body: dict, tokenizer) -> list[int]:
+    """A chat request's ids under the target's template; a target without one (a base model) is refused (400,
+    naming the target) rather than sent a layout it never saw."""
     from lilicorr.data.chat import ChatError, chat_ids
 
     try:

@@ -62,6 +62,13 @@ def data_card(cfg: dict, manifest: dict, command: str, total_rows: int, merged: 
         f"except on vllm), {rows - sampled} greedy"
     )
     layout = manifest["layout"]
+    if not cfg["prompts"]:
+        fmt = f"raw text: corpus windows of {cfg.get('categories', 'code,prose')} documents, continued"
+    elif cfg.get("text_format") == "raw":
+        fmt = ("raw text: each row's prompt (or first user turn) without a template, `<bos>` first where the "
+               "tokenizer adds one, continued by the target")  # fmt: skip
+    else:
+        fmt = "chat: the target's chat template, assistant turn opened"
     lines = [
         f"# Data card: `{Path(cfg['out']).name}`",
         "",
@@ -72,7 +79,8 @@ def data_card(cfg: dict, manifest: dict, command: str, total_rows: int, merged: 
         f"| status | {status} |",
         f"| command | `{command}` |",
         f"| target | `{cfg['target']}` |",
-        f"| prompts | {prompts}, file order; prompts over {cfg['max_prompt_tokens']} templated tokens skipped |",
+        f"| prompts | {prompts}, file order; prompts over {cfg['max_prompt_tokens']} tokens skipped |",
+        f"| prompt format | {fmt} |",
         f"| sampling | {sampling} |",
         f"| answers | at most {cfg['new_tokens']} tokens; {eos} of {rows} rows end at EOS |",
         f"| answer tokens | {tokens} (mean {tokens / max(rows, 1):.1f} per row) |",

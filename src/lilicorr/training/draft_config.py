@@ -182,7 +182,8 @@ def lr_at(step: int, cfg: DraftTrainConfig, elapsed_s: float = 0.0) -> float:
 # Targets without a mask token (most chat models): a rarely used special token of their own
 # vocabulary serves as DFlash's mask, since the vocabulary (shared LM head) must not change.
 # SmolLM2: '<empty_output>' (id 16), one of its unused code-dataset markers.
-MASK_TOKEN_FALLBACKS = ("<|mask|>", "<empty_output>")
+# Gemma: its own '<mask>' (id 4), never produced by the model.
+MASK_TOKEN_FALLBACKS = ("<|mask|>", "<empty_output>", "<mask>")
 
 
 def mask_token_id(tokenizer, name: str = "") -> int:
@@ -203,32 +204,58 @@ HEAD_OPTIONS = {"candidate_topk": "candidate_topk", "hidden_size": "head_hidden_
                 "vector_eps": "vector_eps", "logit_scale": "logit_scale"}  # fmt: skip
 
 
+def _first(tc, names: tuple[str, ...]):
+    return next((getattr(tc, f) for f in names if getattr(tc, f, None) is not None), None)
+
+
+def _rope_theta(tc) -> float:
+    """The target's RoPE base: ``rope_theta``, or its ``rope_parameters`` — per layer type for Gemma 3, whose
+    global layers' base (1e6) is taken: a drafter attends to the whole context, as those layers do."""
+    rope = getattr(tc, "rope_theta", None)
+    params = getattr(tc, "rope_parameters", None) or {}
+    if rope is None and "rope_theta" in params:
+        rope = params["rope_theta"]
+    if rope is None and isinstance(params.get("full_attention"), dict):
+        rope = params["full_attention"].get("rope_theta")
+    return float(rope or 10000.0)
+
+
+def target_geometry(tc) -> dict:
+    """The drafter's shape from the target's config, with the fallbacks LayerNorm families need (GPT-NeoX:
+    ``layer_norm_eps`` and no ``num_key_value_heads``; StarCoder2: ``norm_epsilon``): the drafter is its own
+    RMSNorm architecture, so only the width, heads and an epsilon of the same order are borrowed."""
+    heads = tc.num_attention_heads
+    eps = _first(tc, ("rms_norm_eps", "layer_norm_eps", "norm_epsilon", "layer_norm_epsilon"))
+    return {
+        "hidden_size": tc.hidden_size,
+        "intermediate_size": _first(tc, ("intermediate_size", "n_inner")) or 4 * tc.hidden_size,
+        "num_attention_heads": heads,
+        "num_key_value_heads": _first(tc, ("num_key_value_heads",)) or heads,
+        "head_dim": getattr(tc, "head_dim", None) or tc.hidden_size // heads,
+        "rms_norm_eps": float(eps if eps is not None else 1e-6),
+        "rope_theta": _rope_theta(tc),
+        "max_position_embeddings": _first(tc, ("max_position_embeddings", "n_positions")) or 8192,
+    }
+
+
 def build_draft_config(cfg: DraftTrainConfig, target: TargetRuntime) -> DraftConfig:
-    tc = target.model.config
+    tc = target.model.config.get_text_config(decoder=True)
     n = tc.num_hidden_layers
     layer_ids = cfg.target_layer_ids or default_layer_ids_for(n)
     try:
         mask_id = mask_token_id(target.tokenizer, cfg.mask_token)
     except ValueError as e:
         raise ValueError(f"target {target.path}: {e}") from e
-    rope = getattr(tc, "rope_theta", None) or (getattr(tc, "rope_parameters", None) or {}).get("rope_theta")
     geometry = None
     if get_mode(cfg.mode).head:
         geometry = LiLiCorrGeometry(**{field: getattr(cfg, option) for field, option in HEAD_OPTIONS.items()})
     return DraftConfig(
-        hidden_size=tc.hidden_size,
-        intermediate_size=tc.intermediate_size,
+        **target_geometry(tc),
         num_hidden_layers=cfg.num_layers,
-        num_attention_heads=tc.num_attention_heads,
-        num_key_value_heads=tc.num_key_value_heads,
-        head_dim=getattr(tc, "head_dim", tc.hidden_size // tc.num_attention_heads),
         vocab_size=tc.vocab_size,
         block_size=cfg.block_size,
         mask_token_id=int(mask_id),
         target_layer_ids=layer_ids,
-        rms_norm_eps=tc.rms_norm_eps,
-        rope_theta=float(rope or 10000.0),
-        max_position_embeddings=tc.max_position_embeddings,
         num_target_layers=n,
         conv_kernel_size=cfg.conv_kernel_size,
         conv_group_size=cfg.conv_group_size,
@@ -236,27 +263,56 @@ def build_draft_config(cfg: DraftTrainConfig, target: TargetRuntime) -> DraftCon
     )
 
 
+# where families keep their decoder layers and final norm (Llama-likes; Gemma 3 multimodal; GPT-NeoX; GPT-2-likes)
+LAYER_PREFIXES = ("model.", "model.language_model.", "gpt_neox.", "transformer.", "")
+FINAL_NORMS = ("norm", "final_layer_norm", "ln_f")
+
+
+def _norm_scale(module: torch.nn.Module, weight: torch.Tensor) -> torch.Tensor:
+    """The per-channel scale a target norm applies, as a plain RMSNorm's weight. Gemma stores ``scale − 1`` (its
+    norm multiplies by ``1 + weight``): an RMS-type norm is probed on a vector of ones (RMS 1: the output is its
+    scale) and its weight, or ``1 + weight``, taken exactly when that is what it applies. A LayerNorm (it has a
+    bias, and centres a ones vector to zero) scales by its weight."""
+    if getattr(module, "bias", None) is not None or isinstance(module, torch.nn.LayerNorm):
+        return weight
+    with torch.no_grad():
+        probe = module(torch.ones(1, weight.shape[0], dtype=weight.dtype))[0]
+    for scale in (weight, 1 + weight):
+        if torch.allclose(probe, scale, rtol=1e-3, atol=1e-5):
+            return scale
+    return probe
+
+
 def copy_target_layers(model: DraftModel, target: TargetRuntime) -> list[str]:
     """Start the draft layers as the target's last ``num_layers`` decoder layers and the final norm as the
     target's: the drafter's output then begins in the LM head's own scale and basis, not a random one.
-    Draft tensors without a counterpart of the same shape (the fusion ``fc``, q/k norms of a Llama target)
-    keep their init. Returns the names copied."""
-    src = target.model.state_dict()
+    Draft tensors without a counterpart of the same name and shape (the fusion ``fc``, q/k norms of a Llama
+    target, GPT-NeoX's fused QKV) keep their init; norm weights are copied as the scale they apply. Returns
+    the names copied."""
+    tm = target.model
+    src = tm.state_dict()
     n_t, n_d = target.num_layers, len(model.layers)
-    prefix = next((p for p in ("model.", "model.language_model.", "") if f"{p}norm.weight" in src), "model.")
+    prefix, final = next(
+        ((p, f) for p in LAYER_PREFIXES for f in FINAL_NORMS if f"{p}{f}.weight" in src), ("model.", "norm")
+    )
+    blocks = "h." if any(k.startswith(f"{prefix}h.0.") for k in src) else "layers."
     copied = []
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.startswith("layers."):
                 j, rest = name.split(".", 2)[1:]
-                key = f"{prefix}layers.{n_t - n_d + int(j)}.{rest}"
+                key = f"{prefix}{blocks}{n_t - n_d + int(j)}.{rest}"
             elif name == "norm.weight":
-                key = f"{prefix}norm.weight"
+                key = f"{prefix}{final}.weight"
             else:
                 continue
-            if key in src and src[key].shape == p.shape:
-                p.copy_(src[key].to(p.dtype))
-                copied.append(name)
+            if key not in src or src[key].shape != p.shape:
+                continue
+            value = src[key]
+            if name.endswith("norm.weight"):
+                value = _norm_scale(tm.get_submodule(key.removesuffix(".weight")), value)
+            p.copy_(value.to(p.dtype))
+            copied.append(name)
     return copied
 
 

