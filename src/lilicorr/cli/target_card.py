@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import torch
@@ -18,12 +17,10 @@ import torch
 from lilicorr.data.atomic import atomic_write_text
 from lilicorr.data.chat import text_ids
 from lilicorr.data.wheels import sha256_file
-from lilicorr.decoding.build import build_engine
-from lilicorr.decoding.request import Request
-from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.runtime.machine import bf16_label
 from lilicorr.runtime.runtime import TargetRuntime
 from lilicorr.runtime.targets import TargetSpec
+from lilicorr.training.imported_card import greedy_samples
 
 SAMPLE_TEXTS = [
     "def fibonacci(n):\n    ",
@@ -34,17 +31,7 @@ SAMPLE_TEXTS = [
 
 def _continuations(target: TargetRuntime, max_tokens: int) -> tuple[list[str], float]:
     """Greedy continuations of the sample texts at batch 1; tokens/s over all of them."""
-    tok, eos = target.tokenizer, frozenset(target.eos_token_ids)
-    engine = build_engine(target)
-    texts, n, secs = [], 0, 0.0
-    for text in SAMPLE_TEXTS:
-        req = Request(text_ids(tok, text), SamplingParams(max_tokens=max_tokens), eos_ids=eos)
-        t0 = time.perf_counter()
-        engine.generate([req])
-        secs += time.perf_counter() - t0
-        n += len(req.output_ids)
-        texts.append(req.text(tok.decode))
-    return texts, n / secs
+    return greedy_samples(target, [text_ids(target.tokenizer, t) for t in SAMPLE_TEXTS], max_tokens)
 
 
 def write_base_card(model_dir: Path, spec: TargetSpec, max_tokens: int = 48) -> Path:

@@ -30,24 +30,26 @@ SAMPLE_QUESTIONS = [
 ]
 
 
-def _answers(target: TargetRuntime, max_tokens: int) -> tuple[list[str], float]:
-    """Greedy answers to the sample questions at batch 1; tokens/s over all of them."""
-    tok = target.tokenizer
-    eos = frozenset(target.eos_token_ids)
+def greedy_samples(target: TargetRuntime, prompts: list[list[int]], max_tokens: int) -> tuple[list[str], float]:
+    """Greedy continuations of token-id prompts at batch 1; tokens/s over all of them (what a card shows:
+    answers for a chat target, continuations for a base one)."""
+    tok, eos = target.tokenizer, frozenset(target.eos_token_ids)
     engine = build_engine(target)
     texts, n, secs = [], 0, 0.0
-    for q in SAMPLE_QUESTIONS:
-        req = Request(
-            row_ids(tok, {"messages": [{"role": "user", "content": q}]}),
-            SamplingParams(max_tokens=max_tokens),
-            eos_ids=eos,
-        )
+    for ids in prompts:
+        req = Request(ids, SamplingParams(max_tokens=max_tokens), eos_ids=eos)
         t0 = time.perf_counter()
         engine.generate([req])
         secs += time.perf_counter() - t0
         n += len(req.output_ids)
         texts.append(req.text(tok.decode))
     return texts, n / secs
+
+
+def _answers(target: TargetRuntime, max_tokens: int) -> tuple[list[str], float]:
+    """Greedy answers to the sample questions under the chat template."""
+    prompts = [row_ids(target.tokenizer, {"messages": [{"role": "user", "content": q}]}) for q in SAMPLE_QUESTIONS]
+    return greedy_samples(target, prompts, max_tokens)
 
 
 def write_imported_card(model_dir: Path, wheel: str = "", max_tokens: int = 64) -> Path:
