@@ -49,7 +49,8 @@ def _status(args: argparse.Namespace) -> int:
     for a in status["arms"]:
         engine = ", ".join(f"{k} {v['tau']:.3f}" for k, v in (a["engine"] or {}).items()) or "-"
         print(
-            f"  {a['arm']}: step {a['step']}/{a['plan']}, {a['positions'] or 0:,} positions, {a['hours']} h, "
+            f"  {a['arm']}: step {a['logged_step']}/{a['plan']} ({a['step']} checkpointed), "
+            f"{a['positions'] or 0:,} positions validated, {a['hours']} h, "
             f"held-out tau {a['heldout_tau']} (walk {a['heldout_walk_tau']}), engine {engine}, "
             f"{a['hours_left']} h left, started {a['started']}"
         )

@@ -151,6 +151,14 @@ def _campaign_of(run: str | Path) -> Campaign:
     return load_campaign(run / "campaign.toml" if run.is_dir() else run)
 
 
+def _last_logged(run_dir: Path) -> dict:
+    """The last step record of the arm's ``train.log`` (ahead of its checkpoint while a segment runs): step and
+    training seconds so far."""
+    log = run_dir / "train.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return next((json.loads(x) for x in reversed(lines) if x.startswith('{"step"')), {})
+
+
 def campaign_status(run: str | Path) -> dict:
     """Per arm: steps of the plan, supervised positions, training hours, the latest held-out τ and engine τ, and
     the hours left at the arm's measured pace (the plan's ETA: the arms train one after another)."""
@@ -161,7 +169,8 @@ def campaign_status(run: str | Path) -> dict:
         curve = read_curve(camp.arm_run_dir(arm)) if (camp.arm_run_dir(arm) / "train.log").exists() else []
         step = arm_step(camp, arm)
         last = curve[-1] if curve else {}
-        pace = (last["minutes"] * 60 / last["step"]) if last.get("step") else None  # s a step, validation excluded
+        logged = _last_logged(camp.arm_run_dir(arm))
+        pace = logged["elapsed_s"] / logged["step"] if logged.get("step") else None  # s a step, validation excluded
         left_h = (camp.steps - step) * pace / 3600 if pace else None
         eta += left_h or 0.0
         engine = [e for e in events if e.get("event") == "engine" and e.get("arm") == arm.name]
@@ -169,10 +178,11 @@ def campaign_status(run: str | Path) -> dict:
         arms.append(
             {
                 "arm": arm.name,
-                "step": step,
+                "step": step,  # checkpointed: what a cut keeps
+                "logged_step": max(step, logged.get("step", 0)),
                 "plan": camp.steps,
                 "positions": last.get("positions"),
-                "hours": round(last.get("minutes", 0.0) / 60, 2),
+                "hours": round(logged.get("elapsed_s", 0.0) / 3600, 2),
                 "heldout_tau": last.get("tau_greedy") or last.get("tau"),
                 "heldout_walk_tau": last.get("walk_tau_greedy") or last.get("walk_tau"),
                 "engine": engine[-1]["taus"] if engine else None,
