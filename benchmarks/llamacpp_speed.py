@@ -1,11 +1,12 @@
 """llama.cpp beside lilicorr's engine on the same chat prompts, batch 1, T = 0: tokens/s and acceptance.
 
 Arms: llama-server AR (the target GGUF, Q4_1 as shipped), llama-server's own model-free speculation
-(``--spec-type ngram-simple``, the baseline a drafter must beat there), llama-server + each drafter exported as
-GGUF (DFlash drafting; a LiLiCorr drafter runs as its DFlash backbone there), and lilicorr's engine (AR, ngram,
-the LiLiCorr chain, DDTree on the same backbone, and the default: what ``generate --draft`` runs) on the
-dequantized HF folder. Writes a markdown
-table (default docs/results/llamacpp.md). Run it alone on the machine: timings.
+(``--spec-type ngram-simple``, the baseline a drafter must beat there), llama-server (patched by ``make
+llamacpp``) + each drafter exported as GGUF — DFlash, the LiLiCorr drafters with their head and as their DFlash
+backbone alone (the head's effect), the dflash2 arm as llama.cpp's DFlash2, and reduced draft vocabularies
+(``--draft-vocab N``) — and lilicorr's engine (AR, ngram, the LiLiCorr chain, the DFlash chain of the same
+backbone, DDTree, and the default: what ``generate --draft`` runs) on the dequantized HF folder. Writes a
+markdown table (default docs/results/smollm2-llamacpp.md). Run it alone on the machine: timings.
 
     python benchmarks/llamacpp_speed.py --threads 2 --max-tokens 64
 """
@@ -22,7 +23,6 @@ import torch
 from lilicorr.bench.llamacpp import LlamaServer, chat, pooled
 from lilicorr.bench.runner import environment
 from lilicorr.checkpoint import load_draft
-from lilicorr.cli.main import main as cli
 from lilicorr.data.atomic import atomic_write_text
 from lilicorr.data.chat import row_ids
 from lilicorr.data.prompt_sets import load_set
@@ -30,9 +30,44 @@ from lilicorr.decoding.build import build_engine
 from lilicorr.decoding.config import SpecConfig, default_config, parse_speculative_config
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
+from lilicorr.export.gguf import export_gguf
 from lilicorr.runtime.machine import bf16_label
 from lilicorr.runtime.runtime import TargetRuntime, resolve_dtype
 from lilicorr.shipped import SHIPPED_DFLASH, SHIPPED_DRAFT, SHIPPED_TARGET
+
+CONV_DRAFT = "models/smollm2-lilicorr-conv"
+DFLASH2_ARM = "models/arms/smollm2-dflash2"
+DRAFT_VOCABS = (8192, 16384, 32768)
+
+
+def gguf_arms(out_dir: Path) -> list[tuple[str, Path]]:
+    """(label, GGUF) per llama.cpp drafter arm, exported in process (``lilicorr export --format gguf``)."""
+    plan: list[tuple[str, str, dict]] = [
+        ("DFlash", SHIPPED_DFLASH, {}),
+        ("LiLiCorr backbone alone (DFlash drafting)", SHIPPED_DRAFT, {"backbone_only": True}),
+        ("LiLiCorr (head + greedy walk)", SHIPPED_DRAFT, {}),
+        ("LiLiCorr-conv backbone alone", CONV_DRAFT, {"backbone_only": True}),
+        ("LiLiCorr-conv (head + greedy walk)", CONV_DRAFT, {}),
+        ("dflash2 arm (llama.cpp DFlash2 selector)", DFLASH2_ARM, {}),
+    ]
+    for drafter in (SHIPPED_DFLASH, SHIPPED_DRAFT):
+        listed = Path(drafter, "draft_vocab.json")
+        n_ids = len(json.loads(listed.read_text())["token_ids"]) if listed.exists() else 0
+        label = "DFlash" if drafter == SHIPPED_DFLASH else "LiLiCorr (head + greedy walk)"
+        plan += [
+            (f"{label}, draft vocab {n // 1024}k", drafter, {"draft_vocab": n}) for n in DRAFT_VOCABS if n <= n_ids
+        ]
+    arms = []
+    for label, drafter, kw in plan:
+        if not Path(drafter, "config.json").exists():
+            print(f"skipping {label}: {drafter} missing", flush=True)
+            continue
+        suffix = "-".join(f"{k}{v}" for k, v in kw.items() if v is not True) or ("backbone" if kw else "full")
+        out = out_dir / f"{Path(drafter).name}-{suffix}.gguf"
+        info = export_gguf(drafter, SHIPPED_TARGET, out, **kw)
+        arms.append((f"llama.cpp + {Path(drafter).name}: {label} [{info['layout']}]", out))
+    return arms
+
 
 IDENTITY_NOTE = (
     "Identity on llama.cpp: its greedy text on the Q4_1 target depends on batch shapes (a multi-token verify "
@@ -62,28 +97,29 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--prompts", type=int, default=8, help="MT-Bench prompts, one per category first")
+    ap.add_argument("--prompts", type=int, default=16, help="MT-Bench prompts, one per category first")
+    ap.add_argument("--code", type=int, default=8, help="HumanEval prompts, spread over the set")
     ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--out", default="docs/results/llamacpp.md")
+    ap.add_argument("--out", default="docs/results/smollm2-llamacpp.md")
     ap.add_argument(
-        "--notes", default="docs/results/llamacpp-notes.md", help="written by hand, included under Notes if present"
+        "--notes",
+        default="docs/results/smollm2-llamacpp-notes.md",
+        help="written by hand, included under Notes if present",
     )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     rows = load_set("mt-bench")
     prompts = (rows[::10] + [r for i, r in enumerate(rows) if i % 10])[: args.prompts]
+    code = load_set("humaneval")
+    prompts += code[:: max(1, len(code) // max(1, args.code))][: args.code]
     gguf = Path("build/gguf")
     gguf.mkdir(parents=True, exist_ok=True)
     table = []
-    for d in (SHIPPED_DFLASH, SHIPPED_DRAFT):  # `lilicorr export --format gguf`, in process
-        out = gguf / (Path(d).name + ".gguf")
-        if cli(["export", "--format", "gguf", d, "--target", SHIPPED_TARGET, "--out", str(out)]) != 0:
-            raise SystemExit(f"export of {d} failed")
     llama_ar = None
-    for name, draft, spec_type in [("llama.cpp AR", None, None), ("llama.cpp ngram-simple", None, "ngram-simple")] + [
-        (f"llama.cpp + {Path(d).name} (DFlash drafting)", gguf / (Path(d).name + ".gguf"), None)
-        for d in (SHIPPED_DFLASH, SHIPPED_DRAFT)
-    ]:
+    arms: list[tuple[str, Path | None, str | None]] = [("llama.cpp AR", None, None)]
+    arms += [("llama.cpp ngram-simple", None, "ngram-simple")]
+    arms += [(label, path, None) for label, path in gguf_arms(gguf)]
+    for name, draft, spec_type in arms:
         with LlamaServer(SHIPPED_TARGET + ".gguf", draft, threads=args.threads, spec_type=spec_type) as server:
             answers = [chat(server, r, args.max_tokens) for r in prompts]
         stats = pooled(answers)
@@ -115,6 +151,10 @@ def main() -> int:
             engine_arm(target, SpecConfig(), lili, SHIPPED_DRAFT, prompts, args.max_tokens),
         ),
         (
+            "lilicorr engine DFlash chain (LiLiCorr backbone)",
+            engine_arm(target, SpecConfig(method="dflash"), lili, SHIPPED_DRAFT, prompts, args.max_tokens),
+        ),
+        (
             "lilicorr engine DDTree (LiLiCorr backbone, 16 nodes)",
             engine_arm(target, SpecConfig(method="ddtree"), lili, SHIPPED_DRAFT, prompts, args.max_tokens),
         ),
@@ -141,7 +181,8 @@ def main() -> int:
         "# llama.cpp beside lilicorr (SmolLM2-135M-Instruct, batch 1, T = 0)",
         "",
         f"Generated by `python benchmarks/llamacpp_speed.py --threads {args.threads} --max-tokens {args.max_tokens}` "
-        f"on {time.strftime('%Y-%m-%d')} ({env}); {len(prompts)} MT-Bench prompts (one per category first), "
+        f"on {time.strftime('%Y-%m-%d')} ({env}); {args.prompts} MT-Bench prompts (one per category first) and "
+        f"{len(prompts) - args.prompts} HumanEval prompts, "
         f"{args.max_tokens}-token answers. llama.cpp runs the shipped Q4_1 GGUF; the engine runs the folder "
         "dequantized from it. τ = tokens per target step; 'identical' compares with the AR arm of the same stack.",
         "",

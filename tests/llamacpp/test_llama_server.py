@@ -1,5 +1,6 @@
 """The llama.cpp deployment path, end to end (``make llamacpp-check``; not part of ``make test``: it needs
-the llama-server build of ``make llamacpp``): the shipped SmolLM2 drafters, exported by ``lilicorr export
+the patched llama-server build of ``make llamacpp``): the shipped SmolLM2 drafters — DFlash, LiLiCorr with its
+head, LiLiCorr with the convolution, and the dflash2 arm as llama.cpp's DFlash2 — exported by ``lilicorr export
 --format gguf``, draft in llama.cpp's own server on 8 MT-Bench prompts (one per category) and 4 HumanEval
 code prompts at T = 0. Each answer must equal llama-server without a draft — or, where that plain answer
 differs, llama-server's own model-free speculation (``--spec-type ngram-simple``): llama.cpp's greedy text
@@ -43,20 +44,32 @@ def ngram_answers(prompts):
         return [chat(server, row, MAX_TOKENS) for row in prompts]
 
 
-@pytest.mark.parametrize("drafter", [SHIPPED_DFLASH, SHIPPED_DRAFT], ids=["dflash", "lilicorr-backbone"])
-def test_drafter_in_llama_server_keeps_the_text(drafter, prompts, ar_answers, ngram_answers, tmp_path, capsys):
+# (drafter folder, extra `lilicorr export` arguments)
+DRAFTERS = {
+    "dflash": (SHIPPED_DFLASH, []),
+    "lilicorr": (SHIPPED_DRAFT, []),
+    "lilicorr-conv": ("models/smollm2-lilicorr-conv", []),
+    "dflash2": ("models/arms/smollm2-dflash2", []),
+    "lilicorr-vocab8k": (SHIPPED_DRAFT, ["--draft-vocab", "8192"]),  # d2t + reduced output under the head
+}
+
+
+@pytest.mark.parametrize("case", DRAFTERS)
+def test_drafter_in_llama_server_keeps_the_text(case, prompts, ar_answers, ngram_answers, tmp_path, capsys):
     from lilicorr.cli.main import main
 
+    drafter, extra = DRAFTERS[case]
     gguf = tmp_path / (Path(drafter).name + ".gguf")
-    assert main(["export", "--format", "gguf", drafter, "--target", SHIPPED_TARGET, "--out", str(gguf)]) == 0
-    with LlamaServer(TARGET_GGUF, gguf, log=f"runs/llamacpp-check-{Path(drafter).name}.log") as server:
+    cmd = ["export", "--format", "gguf", drafter, "--target", SHIPPED_TARGET, "--out", str(gguf), *extra]
+    assert main(cmd) == 0
+    with LlamaServer(TARGET_GGUF, gguf, log=f"runs/llamacpp-check-{case}.log") as server:
         answers = [chat(server, row, MAX_TOKENS) for row in prompts]
     same = [a.text == b.text for a, b in zip(ar_answers, answers, strict=True)]
     as_ngram = [a.text == b.text for a, b in zip(ngram_answers, answers, strict=True)]
     stats = pooled(answers)
     with capsys.disabled():
         print(
-            f"\n{Path(drafter).name} in llama-server: identical to plain decoding {sum(same)}/{len(same)}, "
+            f"\n{case} ({Path(drafter).name}) in llama-server: identical to plain decoding {sum(same)}/{len(same)}, "
             f"to llama.cpp's ngram speculation {sum(as_ngram)}/{len(same)}, {json.dumps(stats)}"
         )
     bad = [a.id for a, s, n in zip(answers, same, as_ngram, strict=True) if not (s or n)]

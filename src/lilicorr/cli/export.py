@@ -13,14 +13,15 @@ def _export(args: argparse.Namespace) -> int:
 
     name = args.quantize or args.format  # --quantize picks the quantized folder formats
     try:
-        info = export(name, args.checkpoint, args.out, ExportOptions(args.target, args.scheme, args.dtype))
+        opts = ExportOptions(args.target, args.scheme, args.dtype, args.draft_vocab, args.backbone_only)
+        info = export(name, args.checkpoint, args.out, opts)
     except (CheckpointError, ValueError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if info.get("head_dropped"):
+    if str(info.get("layout", "")).startswith("lilicorr"):
         print(
-            f"note: {args.checkpoint} is a LiLiCorr drafter; llama.cpp has no LiLiCorr head, so the GGUF holds "
-            "its DFlash backbone (it drafts as vanilla DFlash there)",
+            f"note: {args.checkpoint} keeps its LiLiCorr head in the GGUF; it needs the patched llama-server of "
+            "`make llamacpp` (an unpatched llama.cpp refuses the file)",
             file=sys.stderr,
         )
     print(json.dumps(info))
@@ -45,6 +46,19 @@ def register(sub) -> None:
         help="hf: a vLLM/SGLang folder; gguf: a llama.cpp drafter file (llama.cpp's own converter; needs --target)",
     )
     s.add_argument("--target", default=None, help="--format gguf: the target's HF folder (tokenizer, mask token)")
+    s.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=None,
+        metavar="N",
+        help="--format gguf: draft over the N most frequent tokens of the folder's draft_vocab.json (writes d2t and "
+        "those rows of the target GGUF's LM head; llama.cpp scatters them back to the full vocabulary)",
+    )
+    s.add_argument(
+        "--backbone-only",
+        action="store_true",
+        help="--format gguf: leave the LiLiCorr head / arm out (the DFlash backbone, for an unpatched llama.cpp)",
+    )
     s.add_argument(
         "--quantize",
         choices=["nvfp4", "int8"],

@@ -20,6 +20,8 @@ class ExportOptions:
     target: str | None = None  # the target's folder (gguf: tokenizer, mask token)
     scheme: str = "A"  # hf: tensor-name scheme
     dtype: str = "bfloat16"  # hf: float dtype
+    draft_vocab: int | None = None  # gguf: reduced draft vocabulary (d2t + the target's rows of the LM head)
+    backbone_only: bool = False  # gguf: the DFlash backbone alone (any llama.cpp with DFlash runs it)
 
 
 def _load(checkpoint: str):
@@ -52,7 +54,7 @@ def _gguf(checkpoint: str, out: str, opts: ExportOptions) -> dict:
 
     if not opts.target:
         raise ValueError("--format gguf needs --target TARGET_DIR (llama.cpp takes the tokenizer from it)")
-    return export_gguf(checkpoint, opts.target, out)
+    return export_gguf(checkpoint, opts.target, out, draft_vocab=opts.draft_vocab, backbone_only=opts.backbone_only)
 
 
 EXPORTERS: dict[str, Callable[[str, str, ExportOptions], dict]] = {

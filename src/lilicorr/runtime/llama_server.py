@@ -11,6 +11,7 @@ The binary is built by ``make llamacpp`` from the pinned llama-cpp-python source
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import time
@@ -58,9 +59,11 @@ class LlamaServer:
         parallel: int = 1,
         log: str | Path | None = None,
         spec_type: str | None = None,
+        env: dict[str, str] | None = None,
     ):
-        """``draft``: a DFlash drafter GGUF (``--spec-type draft-dflash``); ``spec_type`` without a draft: one of
-        llama.cpp's model-free speculations (e.g. ``ngram-simple``)."""
+        """``draft``: a DFlash drafter GGUF (``--spec-type draft-dflash``; a LiLiCorr or DFlash2 drafter is a
+        DFlash GGUF too); ``spec_type`` without a draft: one of llama.cpp's model-free speculations (e.g.
+        ``ngram-simple``); ``env``: extra environment of the server process (e.g. ``LLAMA_LILICORR_DUMP``)."""
         if not Path(binary).exists():
             raise FileNotFoundError(f"{binary}: llama-server is not built (run `make llamacpp`)")
         for f in (model, draft):
@@ -78,12 +81,13 @@ class LlamaServer:
         elif spec_type is not None:
             self.cmd += ["--spec-type", spec_type]
         self.log = Path(log) if log else Path(f"runs/llama-server-{self.port}.log")
+        self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> LlamaServer:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("w") as out:
-            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.time() + 180
         while time.time() < deadline:
             if self.proc.poll() is not None:

@@ -1,0 +1,50 @@
+"""``make llamacpp``'s patching of the vendored llama.cpp tree, on a stand-in tree: applied once, an edited
+patch replaces the old one (reversed first, so exactly its files change), a patch that does not apply is named
+and leaves the tree as it was."""
+
+from pathlib import Path
+
+import pytest
+
+from lilicorr.export.gguf import LLAMA_CPP_PYTHON
+from lilicorr.export.llamacpp_tree import patch_hash, patched_source_dir
+
+
+def _patch(old: str, new: str) -> str:
+    return f"--- a/f.txt\n+++ b/f.txt\n@@ -1,2 +1,2 @@\n {old.splitlines()[0]}\n-{old.splitlines()[1]}\n+{new}\n"
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "llama.cpp"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "convert_hf_to_gguf.py").write_text("")
+    (root / "src" / "f.txt").write_text("keep\nupstream\n")
+    (root / "src.pin").write_text("{}=={}\n".format(*LLAMA_CPP_PYTHON))
+    return root
+
+
+def test_patch_applied_then_replaced(tree, tmp_path):
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    (patches / "0001-x.patch").write_text(_patch("keep\nupstream", "one"))
+    first = patch_hash(patches)
+    src = patched_source_dir(tree, patches)
+    assert (src / "f.txt").read_text() == "keep\none\n"
+    assert patched_source_dir(tree, patches) == src and (src / "f.txt").read_text() == "keep\none\n"  # idempotent
+    (patches / "0001-x.patch").write_text(_patch("keep\nupstream", "two"))
+    assert patch_hash(patches) != first
+    patched_source_dir(tree, patches)
+    assert (src / "f.txt").read_text() == "keep\ntwo\n"
+    (patches / "0001-x.patch").unlink()
+    patched_source_dir(tree, patches)
+    assert (src / "f.txt").read_text() == "keep\nupstream\n" and not (tree / "src.patches").exists()
+
+
+def test_patch_that_does_not_apply_is_named(tree, tmp_path):
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    (patches / "0001-x.patch").write_text(_patch("keep\nsomething else", "one"))
+    with pytest.raises(RuntimeError, match="does not apply"):
+        patched_source_dir(tree, patches)
+    assert (tree / "src" / "f.txt").read_text() == "keep\nupstream\n"
