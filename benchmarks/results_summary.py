@@ -39,10 +39,48 @@ def _num(cell: str) -> float:
     return float(m.group()) if m else float("nan")
 
 
+def _metric_table(text: str, heading: str) -> dict[str, dict[int, float]]:
+    """A serving page's table under ``## heading``: arm → {concurrency: value}."""
+    lines = text.splitlines()
+    if f"## {heading}" not in lines:
+        return {}
+    i = lines.index(f"## {heading}") + 2
+    levels = [int(c.strip().removeprefix("c=")) for c in lines[i].strip().strip("|").split("|")[1:]]
+    table = {}
+    for row in lines[i + 2 :]:
+        if not row.startswith("|"):
+            break
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        table[cells[0]] = {c: _num(v) for c, v in zip(levels, cells[1:], strict=False) if v}
+    return table
+
+
+def serving_rows(page: Path) -> list[str]:
+    """For a serving page (``lilicorr bench serve``): each arm's output tokens/s over plain serving's, the lowest
+    and highest over the concurrency levels, and at concurrency 1."""
+    table = _metric_table(page.read_text(), "output tokens/s")
+    plain = table.get("plain", {})
+    out = []
+    for arm, by_c in table.items():
+        ratios = {c: v / plain[c] for c, v in by_c.items() if plain.get(c)}
+        if arm == "plain" or not ratios:
+            continue
+        lo, hi = min(ratios, key=ratios.get), max(ratios, key=ratios.get)
+        one = f", c=1 {ratios[1]:.2f}×" if 1 in ratios else ""
+        out.append(f"| [{page.stem}] | mixed | {arm} | × plain serving: c={lo} {ratios[lo]:.2f}× … "
+                   f"c={hi} {ratios[hi]:.2f}×{one} |")  # fmt: skip
+    return out
+
+
 def summary(pages: list[Path]) -> str:
     out = ["| page | T | highest τ | best speedup vs plain decoding |", "|---|---|---|---|"]
     links: dict[str, str] = {}
     for page in pages:
+        serving = serving_rows(page) if page.read_text().startswith("# Serving under load") else []
+        if serving:
+            out += serving
+            links[page.stem] = page.as_posix()
+            continue
         rows = _main_table(page.read_text())
         if not rows:
             continue
