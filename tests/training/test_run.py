@@ -85,3 +85,26 @@ def test_each_resumed_segment_keeps_its_thread_count(tmp_path):
     assert _threads(summary, {"threads": 2}) == "1 thread(s) from step 0, then 2 thread(s) from step 1"
     assert _threads({"threads": 2, "segments": segments[1:]}, {"threads": 2}) == "2 thread(s)"
     assert _threads({}, {"threads": 3}) == "3 thread(s)"  # summaries from before segments were recorded
+
+
+def test_a_paused_step_is_not_training_time(tmp_path, monkeypatch):
+    """A run stopped for ten minutes (SIGSTOP while a benchmark timed something) counts the steps' own time only:
+    the curves' minutes axis and time budgets measure training, not the pause."""
+    import json
+
+    clock = [1000.0]
+    monkeypatch.setattr("lilicorr.training.run.time.time", lambda: clock[0])
+    run, _ = _run(tmp_path, {"steps": 40}, resume=False)
+    run.total_steps = 40
+    for _ in range(10):  # 2 s a step
+        clock[0] += 2.0
+        run.finish_step({"loss": 1.0})
+    assert run.state["elapsed_s"] == pytest.approx(20.0)
+    clock[0] += 600.0 + 2.0  # stopped for ten minutes inside the next step
+    run.finish_step({"loss": 1.0})
+    assert run.state["elapsed_s"] == pytest.approx(22.0)  # the paused step counts as one ordinary step
+    clock[0] += 30.0  # a slow step (30 s: under the 60 s floor) is training time
+    run.finish_step({"loss": 1.0})
+    assert run.state["elapsed_s"] == pytest.approx(52.0)
+    events = [json.loads(x) for x in (tmp_path / "train.log").read_text().splitlines() if '"pause"' in x]
+    assert [(e["step"], e["seconds"]) for e in events] == [(11, 600.0)]

@@ -97,6 +97,7 @@ class TrainRun:
         self.log = (self.run_dir / "train.log").open("a") if is_main else None
         self.t0 = time.time() - self.state["elapsed_s"]
         self.last_ckpt = time.time()
+        self._last_step_end, self._step_s = time.time(), None  # pause detection (``_discount_pause``)
         self.bar = tqdm(total=total_steps, initial=self.state["step"], desc=desc, mininterval=5, disable=not is_main)
 
     @property
@@ -115,6 +116,7 @@ class TrainRun:
     def finish_step(self, record: dict, validate=None, val_every: int = 0) -> dict:
         """Count the step, validate when due (``validate()`` → dict), log, checkpoint when due."""
         self.state["step"] += 1
+        self._discount_pause()
         self.state["elapsed_s"] = time.time() - self.t0
         record = {"step": self.state["step"], **record, "elapsed_s": round(self.state["elapsed_s"], 1)}
         self.bar.update(1)
@@ -135,7 +137,19 @@ class TrainRun:
             self.event(record)
         if time.time() - self.last_ckpt > self.checkpoint_minutes * 60:
             self.save()
+        self._last_step_end = time.time()  # validation and checkpoints are not a step's time (nor a pause)
         return record
+
+    def _discount_pause(self) -> None:
+        """A step that took far longer than the ones before it was stopped (SIGSTOP while a benchmark timed
+        something, a suspended machine): its excess is not training time, so the curves' minutes axis and a time
+        budget count only what trained. Threshold: 60 s and 20× the running step time."""
+        gap = time.time() - self._last_step_end  # this step's forward, backward and update (not the bookkeeping)
+        if self._step_s is not None and gap > max(60.0, 20 * self._step_s):
+            self.t0 += gap - self._step_s
+            self.event({"event": "pause", "step": self.state["step"], "seconds": round(gap - self._step_s, 1)})
+            gap = self._step_s
+        self._step_s = gap if self._step_s is None else 0.9 * self._step_s + 0.1 * gap
 
     def save(self) -> None:
         if self.is_main:
