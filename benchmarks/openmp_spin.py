@@ -6,7 +6,7 @@ the cached forward of 1 and 16 new tokens after a 256-token context with benchma
 Then, with --engine-rounds R, end to end on the idle machine: `lilicorr generate --draft DRAFT --compare-ar` (the
 default configuration and plain decoding, 9 MT-Bench + HumanEval prompts, 32 tokens) with LILICORR_OMP_SPIN=0 and
 =N, interleaved R times, because this machine's speed drifts by tens of percent over minutes.
-Writes a markdown table (default docs/results/smollm2-openmp-spin.md, with its -notes.md if present).
+Writes a markdown table (default docs/archive/smollm2-openmp-spin.md, with its -notes.md if present).
 
     python benchmarks/openmp_spin.py --target models/smollm2-135m-instruct --engine-rounds 3
 """
@@ -54,8 +54,8 @@ def main() -> None:
     ap.add_argument("--spins", type=int, nargs="+", default=[0, 10000])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    ap.add_argument("--out", default="docs/results/smollm2-openmp-spin.md")
-    ap.add_argument("--notes", default="docs/results/smollm2-openmp-spin-notes.md")
+    ap.add_argument("--out", default="docs/archive/smollm2-openmp-spin.md")
+    ap.add_argument("--notes", default="docs/archive/smollm2-openmp-spin-notes.md")
     ap.add_argument("--engine-rounds", type=int, default=0)
     ap.add_argument("--draft", default="models/smollm2-lilicorr")
     args = ap.parse_args()

@@ -264,9 +264,9 @@ def write_serve_page(results: dict, page: Path, command: str) -> Path:
         "ITL is the gap between streamed chunks (a speculative step can send several tokens at once).",
         "",
     ]
-    for metric in METRICS:
-        png = page.with_name(f"{page.stem}-{metric}.png")
-        fig, ax = plt.subplots(figsize=(6, 3.5))
+    png = page.with_name(f"{page.stem}.png")  # one figure, a panel per metric: one file per page in docs/results
+    fig, axes = plt.subplots(len(METRICS) // 2, 2, figsize=(11, 2.8 * (len(METRICS) // 2)))
+    for metric, ax in zip(METRICS, axes.flatten(), strict=True):
         lines += [f"## {LABELS[metric]}", "", "| arm | " + " | ".join(f"c={c}" for c in levels) + " |"]
         lines.append("|---|" + "---:|" * len(levels))
         for name, lvs in arms.items():
@@ -280,11 +280,12 @@ def write_serve_page(results: dict, page: Path, command: str) -> Path:
         ax.set_xlabel("concurrency")
         ax.set_ylabel(LABELS[metric])
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(png, dpi=110)
-        plt.close(fig)
-        lines += ["", f"![{LABELS[metric]}]({png.name})", ""]
+        ax.legend(fontsize=6)
+        lines.append("")
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    lines += [f"![serving metrics over concurrency]({png.name})", ""]
     errors = sum(lv["errors"] for lvs in arms.values() for lv in lvs)
     lines.append(f"Errors over all arms and levels: {errors}.")
     page.write_text("\n".join(lines) + "\n")

@@ -1,6 +1,6 @@
 """OpenMP's wait between parallel regions for the commands that decode, chosen before torch loads.
 
-Measured by benchmarks/openmp_spin.py (docs/results/smollm2-openmp-spin.md). ``OMP_WAIT_POLICY=PASSIVE`` alone puts
+Measured by benchmarks/openmp_spin.py (docs/archive/smollm2-openmp-spin.md). ``OMP_WAIT_POLICY=PASSIVE`` alone puts
 torch's second thread to sleep after every operator, and waking it costs more than a one-token step's
 hundreds of tiny operators are worth. This module imports nothing heavy: it must run before torch does.
 """

@@ -1,0 +1,23 @@
+"""The serving page: a table per metric (arms × concurrency) and one figure beside it."""
+
+from __future__ import annotations
+
+from lilicorr.bench.serve import LABELS, METRICS, write_serve_page
+
+
+def test_the_serving_page_has_every_metric_and_one_figure(tmp_path):
+    level = {m: 1.0 + i for i, m in enumerate(METRICS)}
+    results = {
+        "config": {"target": "t", "max_tokens": 8, "temperatures": [0.0], "prompts": ["p"]},
+        "arms": {
+            "plain": [{"concurrency": c, "errors": 0, **level} for c in (1, 4)],
+            "spec": [{"concurrency": c, "errors": 1, **level, "output_tok_s": 9.5} for c in (1, 4)],
+        },
+    }
+    page = write_serve_page(results, tmp_path / "serving.md", "lilicorr bench serve --x")
+    text = page.read_text()
+    for metric in METRICS:
+        assert f"## {LABELS[metric]}" in text
+    assert "| spec | 9.5 | 9.5 |" in text and "| arm | c=1 | c=4 |" in text
+    assert "Errors over all arms and levels: 2." in text and "`lilicorr bench serve --x`" in text
+    assert [p.name for p in tmp_path.glob("*.png")] == ["serving.png"]
