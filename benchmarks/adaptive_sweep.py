@@ -22,7 +22,8 @@ from lilicorr.decoding.build import build_engine
 from lilicorr.decoding.config import SpecConfig
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
-from lilicorr.runtime.runtime import TargetRuntime, resolve_dtype
+from lilicorr.runtime.dtype import resolve_dtype
+from lilicorr.runtime.runtime import TargetRuntime
 from lilicorr.shipped import SHIPPED_DRAFT, SHIPPED_TARGET
 
 

@@ -25,7 +25,8 @@ from lilicorr.decoding.build import build_engine
 from lilicorr.decoding.config import default_config, parse_speculative_config
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
-from lilicorr.runtime.runtime import TargetRuntime, resolve_dtype
+from lilicorr.runtime.dtype import resolve_dtype
+from lilicorr.runtime.runtime import TargetRuntime
 
 MAKE_RUN_PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a short docstring."
 

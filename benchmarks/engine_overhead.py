@@ -28,7 +28,8 @@ from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.decoding.stats import STAGES, StageTimer
 from lilicorr.runtime.cache import pad_right
-from lilicorr.runtime.runtime import TargetRuntime, resolve_dtype
+from lilicorr.runtime.dtype import resolve_dtype
+from lilicorr.runtime.runtime import TargetRuntime
 
 
 def prompts_for(target: TargetRuntime, n: int, length: int, seed: int) -> list[list[int]]:

@@ -31,8 +31,9 @@ from lilicorr.decoding.config import SpecConfig, default_config, parse_speculati
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.export.gguf import export_gguf
+from lilicorr.runtime.dtype import resolve_dtype
 from lilicorr.runtime.machine import bf16_label
-from lilicorr.runtime.runtime import TargetRuntime, resolve_dtype
+from lilicorr.runtime.runtime import TargetRuntime
 from lilicorr.shipped import SHIPPED_DFLASH, SHIPPED_DRAFT, SHIPPED_TARGET
 
 CONV_DRAFT = "models/smollm2-lilicorr-conv"

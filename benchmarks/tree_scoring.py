@@ -28,7 +28,8 @@ from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.decoding.tree import TokenTree, assemble, build_lattice_tree, build_tree, graft_chain
 from lilicorr.models.head import HeadScores
-from lilicorr.runtime.runtime import TargetRuntime, resolve_dtype
+from lilicorr.runtime.dtype import resolve_dtype
+from lilicorr.runtime.runtime import TargetRuntime
 
 
 def record_states(target, draft, prompts: list[list[int]], max_tokens: int) -> list[dict]:

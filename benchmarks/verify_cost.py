@@ -18,7 +18,8 @@ import torch
 from transformers import DynamicCache
 
 from lilicorr.decoding.proposal import Proposal
-from lilicorr.runtime.runtime import TargetRuntime, resolve_dtype
+from lilicorr.runtime.dtype import resolve_dtype
+from lilicorr.runtime.runtime import TargetRuntime
 
 
 def median_ms(fn, repeats: int) -> float:

@@ -19,7 +19,8 @@ import torch
 
 from lilicorr.checkpoint import load_draft
 from lilicorr.runtime.runtime import TargetRuntime
-from lilicorr.training.draft import Batches, DraftStep, frequent_tokens
+from lilicorr.training.batches import Batches
+from lilicorr.training.draft import DraftStep, frequent_tokens
 from lilicorr.training.draft_config import DraftTrainConfig
 from lilicorr.training.losses import sample_anchors
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from lilicorr.cli.main import main
+from lilicorr.runtime.dtype import resolve_dtype
 from lilicorr.runtime.machine import bf16_label, machine_info
-from lilicorr.runtime.runtime import resolve_dtype
 
 
 def test_env_and_bench_results_describe_the_machine_alike(capsys) -> None:

@@ -722,7 +722,7 @@ def test_draft_card_records_merged_data_the_rows_used_and_the_curve(tiny_target_
 
 
 def test_training_rows_pick_greedy_or_sampled_rows_after_the_held_out_ones():
-    from lilicorr.training.draft import training_rows
+    from lilicorr.training.batches import training_rows
 
     sampled = torch.tensor([False, True, False, True, True, False])
     assert training_rows(sampled, 2, "all").tolist() == [2, 3, 4, 5]
@@ -755,7 +755,8 @@ def test_validation_splits_greedy_and_sampled_rows_over_the_same_blocks(tiny_tar
     """Held-out metrics per kind of row (T=0 decoding is judged on the greedy rows) add up to the unsplit
     figures over exactly the same blocks: splitting a batch by kind must not move an anchor or a row."""
     from lilicorr.runtime.runtime import TargetRuntime
-    from lilicorr.training.draft import VAL_ANCHORS, Batches, validate
+    from lilicorr.training.batches import Batches
+    from lilicorr.training.validation import VAL_ANCHORS, validate
 
     cfg = _cfg(tiny_target_dir, regen_data, "unused", "lilicorr")
     target = TargetRuntime.load(tiny_target_dir)

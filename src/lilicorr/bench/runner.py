@@ -25,8 +25,9 @@ from lilicorr.decoding.methods import get_method
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.decoding.stats import SpecStats
+from lilicorr.runtime.dtype import resolve_dtype
 from lilicorr.runtime.machine import machine_info
-from lilicorr.runtime.runtime import TargetRuntime, resolve_dtype
+from lilicorr.runtime.runtime import TargetRuntime
 
 
 def run_variant(

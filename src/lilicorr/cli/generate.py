@@ -51,7 +51,8 @@ def run_generate(args: argparse.Namespace) -> int:
     from lilicorr.decoding.config import resolve
     from lilicorr.decoding.request import Request
     from lilicorr.decoding.sampling import SamplingParams
-    from lilicorr.runtime.runtime import TargetError, TargetRuntime, resolve_dtype
+    from lilicorr.runtime.dtype import resolve_dtype
+    from lilicorr.runtime.runtime import TargetError, TargetRuntime
 
     if args.threads:
         torch.set_num_threads(args.threads)

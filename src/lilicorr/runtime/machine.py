@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from lilicorr.runtime.runtime import cpu_has_fast_bf16
+from lilicorr.runtime.dtype import cpu_has_fast_bf16
 
 
 def _cpuinfo_field(key: str) -> str | None:

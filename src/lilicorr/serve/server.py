@@ -6,7 +6,8 @@ from pathlib import Path
 
 from lilicorr.decoding.build import engine_from_speculative_config
 from lilicorr.decoding.config import DEFAULT, SpecConfig
-from lilicorr.runtime.runtime import TargetRuntime, resolve_dtype
+from lilicorr.runtime.dtype import resolve_dtype
+from lilicorr.runtime.runtime import TargetRuntime
 from lilicorr.serve.app import create_app
 from lilicorr.serve.loop import EngineLoop
 from lilicorr.serve.metrics import ServerMetrics

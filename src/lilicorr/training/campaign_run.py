@@ -138,7 +138,12 @@ def run_campaign(path: str | Path, max_segments: int = 0, in_process: bool = Fal
         done += 1
         eng = camp.engine
         if eng and not in_process and (stop // eng.every > step // eng.every or stop == camp.steps):
-            _event(camp, {"event": "engine", "arm": arm.name, "step": stop, "taus": _engine_sample(camp, arm, stop)})
+            try:  # a failed sample is logged, not fatal: the hours of training go on
+                _event(
+                    camp, {"event": "engine", "arm": arm.name, "step": stop, "taus": _engine_sample(camp, arm, stop)}
+                )
+            except (subprocess.CalledProcessError, OSError, KeyError, ValueError) as e:
+                _event(camp, {"event": "engine_failed", "arm": arm.name, "step": stop, "error": str(e)[:300]})
     if seg is None:
         _event(camp, {"event": "done", "steps": camp.steps})
     (camp.run_dir / "campaign.pid").unlink(missing_ok=True)

@@ -32,6 +32,7 @@ from lilicorr.checkpoint import save_draft
 from lilicorr.models.backbone import training_block_mask
 from lilicorr.models.draft import DraftModel
 from lilicorr.runtime.runtime import TargetRuntime, resolve_device
+from lilicorr.training.batches import Batches, training_rows
 from lilicorr.training.draft_config import DraftTrainConfig, build_model, lr_at, progress
 from lilicorr.training.losses import (
     block_labels,
@@ -40,8 +41,8 @@ from lilicorr.training.losses import (
 )
 from lilicorr.training.modes import get_mode
 from lilicorr.training.objectives import BlockPass, Objective, vocab_logits
-from lilicorr.training.regenerate import load_regenerated, rows_of_kind
 from lilicorr.training.run import TrainRun
+from lilicorr.training.validation import validate
 
 
 class DraftStep:
@@ -169,110 +170,6 @@ def combine_losses(res: dict[str, torch.Tensor], cfg: DraftTrainConfig) -> torch
     if "head_sum" in res:
         loss = loss + res["head_sum"] / _all_reduce(res["head_den"]).clamp_min(1.0)
     return loss
-
-
-def summarize_metrics(sums: dict[str, torch.Tensor], block: int) -> dict:
-    blocks = max(float(sums["m_blocks"]), 1.0)  # no valid block (nothing supervised): zeros, not a crash
-    out = {
-        "blocks": int(sums["m_blocks"]),
-        "slot_acc": [round(float(x) / blocks, 4) for x in sums["m_slot_acc"]],
-        "top1_prefix": round(float(sums["m_top1_prefix"]) / blocks, 4),
-        "tau_top1_estimate": round(1 + float(sums["m_top1_prefix"]) / blocks, 4),
-        "neighbour_same": round(float(sums["m_neighbour_same"]) / blocks, 4),
-    }
-    if "m_oracle_prefix" in sums:
-        out["oracle_prefix"] = round(float(sums["m_oracle_prefix"]) / blocks, 4)
-        out["in_lattice"] = [round(float(x) / blocks, 4) for x in sums["m_in_lattice"]]
-    if "m_walk_prefix" in sums:
-        out["walk_prefix"] = round(float(sums["m_walk_prefix"]) / blocks, 4)
-    if "m_t1_prefix" in sums:
-        out["tau_t1_estimate"] = round(1 + float(sums["m_t1_prefix"]) / blocks, 4)
-    return out
-
-
-class Batches:
-    """Training sequences by index, with their cached features when there is a cache, on the device."""
-
-    def __init__(self, cfg: DraftTrainConfig, layer_ids: list[int], device: str):
-        data = load_regenerated(cfg.data)
-        rows = slice(0, cfg.max_sequences or None)
-        self.tokens, self.mask = data["tokens"][rows].long(), data["loss_mask"][rows].bool()
-        self.sampled = data["sampled"][rows].bool()  # [rows]: the answer was sampled at T=1 (else greedy)
-        self.store = None
-        if cfg.features:
-            from lilicorr.training.features import FeatureStore
-
-            self.store = FeatureStore(cfg.features, data["tokens"], layer_ids, cfg.max_sequences)
-            self.tokens, self.mask = self.tokens[:, : self.store.length], self.mask[:, : self.store.length]
-        self.device = device
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def get(self, idx: torch.Tensor, length: int | None = None):
-        """Rows ``idx``, their first ``length`` columns (default all): a batch whose blocks end early needs
-        neither the padding nor the features after them."""
-        cols = slice(0, length)
-        feats = self.store.get(idx, length) if self.store is not None else None
-        return self.tokens[idx, cols].to(self.device), self.mask[idx, cols], feats
-
-
-def training_rows(sampled: torch.Tensor, n_val: int, which: str) -> torch.Tensor:
-    """Indices of the rows that train: all after the ``n_val`` held-out ones, or only the greedy (T=0) or
-    sampled (T=1) ones among them. An empty choice is an error, not a silent fallback to every row."""
-    rows = torch.arange(n_val, len(sampled))
-    keep = rows_of_kind(sampled[rows], which)
-    if not bool(keep.any()):
-        raise ValueError(f"--train-rows {which}: no {which} row among the {len(rows)} training rows of the data")
-    return rows[keep]
-
-
-VAL_ANCHORS = 32  # blocks per held-out sequence, fixed so that runs with other --anchors validate alike
-
-
-@torch.no_grad()
-def validate(step_fn: DraftStep, batches: Batches, val_idx: torch.Tensor, cfg: DraftTrainConfig) -> dict:
-    """Held-out metrics over all validation rows, and per kind of row ("greedy": answers continued at T=0,
-    what T=0 decoding is judged on; "sampled": at T=1) where both kinds are held out. The blocks are the
-    same for every recipe (fixed seed, anchors drawn per batch before the rows are split by kind)."""
-    step_fn.model.eval()
-    gen = torch.Generator().manual_seed(12345)
-    sums: dict[str, dict[str, torch.Tensor]] = {"greedy": {}, "sampled": {}}
-    for i in range(0, len(val_idx), cfg.batch_size):
-        rows = val_idx[i : i + cfg.batch_size]
-        tk, mk, feats = batches.get(rows)
-        anchors, valid = sample_anchors(mk, VAL_ANCHORS, step_fn.block, gen)  # the same blocks for every recipe
-        kinds = batches.sampled[rows]  # [rows]
-        for kind, keep in (("greedy", ~kinds), ("sampled", kinds)):
-            if not bool(keep.any()):
-                continue
-            sub = keep.nonzero().squeeze(1).to(tk.device)
-            res = step_fn(
-                tk[sub],
-                mk[keep],
-                anchors[keep].to(tk.device),
-                valid[keep].to(tk.device),
-                want_metrics=True,
-                feats=None if feats is None else tuple(f[keep.to(f.device)] for f in feats),  # (taps, final)
-            )
-            for k, v in res.items():
-                sums[kind][k] = sums[kind].get(k, 0) + v.detach().cpu()
-    step_fn.model.train()
-    total = {k: sums["greedy"].get(k, 0) + sums["sampled"].get(k, 0) for k in {*sums["greedy"], *sums["sampled"]}}
-    out = _val_summary(total, step_fn.block)
-    if sums["greedy"] and sums["sampled"]:
-        for kind in ("greedy", "sampled"):
-            out[kind] = _val_summary(sums[kind], step_fn.block)
-    return out
-
-
-def _val_summary(sums: dict[str, torch.Tensor], block: int) -> dict:
-    out = summarize_metrics(sums, block)
-    if "dflash_sum" in sums:
-        out["dflash_loss"] = round(float(sums["dflash_sum"] / sums["dflash_den"].clamp_min(1e-6)), 4)
-    if "head_sum" in sums:
-        out["head_loss"] = round(float(sums["head_sum"] / sums["head_den"].clamp_min(1)), 4)
-    return out
 
 
 def train_draft(cfg: DraftTrainConfig, resume: bool = False) -> dict:

@@ -15,8 +15,10 @@ import torch
 
 from lilicorr.checkpoint import load_draft
 from lilicorr.runtime.runtime import TargetRuntime
-from lilicorr.training.draft import Batches, DraftStep, validate
+from lilicorr.training.batches import Batches
+from lilicorr.training.draft import DraftStep
 from lilicorr.training.draft_config import DraftTrainConfig
+from lilicorr.training.validation import validate
 
 # Options of the drafter's own training run that change what validation computes (its loss weighting);
 # the accuracies and the τ estimate do not depend on them.
