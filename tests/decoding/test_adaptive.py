@@ -251,13 +251,13 @@ def test_slow_drafter_falls_back_to_plain_steps(tiny_target, monkeypatch, alone)
     assert (engine.adaptive is None) == alone and engine.gate is not None
     if not alone:
         engine.adaptive.cost = CostModel(base=1.0, per_token=0.0)  # verify width looks free: the rule drafts fully
-    slow = engine._draft
+    slow = engine.drafter.block
 
     def sleepy(*args, **kwargs):
         time.sleep(0.1)
         return slow(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "_draft", sleepy)
+    monkeypatch.setattr(engine.drafter, "block", sleepy)
     drafting_steps = []
     record = engine.gate.record
     monkeypatch.setattr(engine.gate, "record", lambda d, *a, **k: (drafting_steps.append(d), record(d, *a, **k)))
@@ -282,19 +282,19 @@ def test_paused_steps_defer_the_draft_context_exactly(tiny_target):
     engine.add(reqs)
     for _ in range(9):  # ends on a paused step: deferred taps are waiting
         engine.step()
-    assert engine._deferred and engine.stats.num_paused_steps == 6
-    engine._fuse_deferred()
+    assert engine.drafter.deferred and engine.stats.num_paused_steps == 6
+    engine._set_anchors(engine.drafter.fuse_deferred())
     lengths = engine.tstate.lengths
-    assert engine.dcache.valid.sum(1).tolist() == lengths.tolist()
+    assert engine.drafter.cache.valid.sum(1).tolist() == lengths.tolist()
     for row, r in enumerate(reqs):
         seq = torch.tensor([r.prompt_ids + r.output_ids[:-1]])  # every position but the pending token
         state = tiny_target.new_state(1)
         taps = tiny_target.forward(state, seq).taps
-        cache, ctx = engine._draft_context(
+        cache, ctx = engine.drafter.context(
             taps, torch.zeros(1, dtype=torch.long), torch.ones(seq.shape, dtype=torch.bool)
         )
-        cols = engine.dcache.valid[row]
-        for (k, v), (k1, v1) in zip(engine.dcache.kv, cache.kv, strict=True):
+        cols = engine.drafter.cache.valid[row]
+        for (k, v), (k1, v1) in zip(engine.drafter.cache.kv, cache.kv, strict=True):
             torch.testing.assert_close(k[row][:, cols], k1[0], atol=1e-5, rtol=1e-4)
             torch.testing.assert_close(v[row][:, cols], v1[0], atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(engine.seqs[row].anchor, ctx[0, -1], atol=1e-5, rtol=1e-4)

@@ -66,7 +66,12 @@ def test_soak_memory_flat_and_everything_released(server):
         assert cut > 0
         # every request finished or was released: no rows, caches, deferred taps or jobs left between rounds
         assert not loop.running and not loop.waiting and not loop.cancelled
-        assert engine.seqs == [] and engine.tstate is None and engine.dcache is None and engine._deferred == []
+        assert (
+            engine.seqs == []
+            and engine.tstate is None
+            and engine.drafter.cache is None
+            and engine.drafter.deferred == []
+        )
         assert len(engine.policy.extra_draft.means) <= 4 and len(engine.policy.extra_plain.means) <= 4
         assert len(engine.stats.accepted_per_position) <= engine.n
         gc.collect()

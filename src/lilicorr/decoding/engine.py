@@ -5,11 +5,8 @@ each row with its own length, acceptance and sampling settings. Invariants per r
 
 - the target cache holds every committed token except the newest one (``pending``), which has
   been emitted but not yet run through the target;
-- the draft context cache holds the fused target features of exactly those positions
-  (the pending token has no features yet), so its length equals the target's — except that the
-  taps of steps run without the drafter (the draft gate's or the load policy's plain steps) wait in
-  ``_deferred`` (one token per row and step) and are fused in one batched pass before the drafter next
-  runs, or after ``DEFER_LIMIT`` such steps: a paused step then costs what a plain AR step costs;
+- the drafter's context cache (``draft_side.py``) holds the fused target features of exactly those
+  positions (the pending token has no features yet), except for the taps that plain steps defer;
 - ``anchor`` is the fused feature row of the last accepted position, which the LiLiCorr head uses
   for its start scores (stale while taps are deferred, set again when they are fused).
 """
@@ -23,8 +20,7 @@ import torch
 
 from lilicorr.decoding.adaptive import AdaptiveWidth, CostModel, DraftGate
 from lilicorr.decoding.config import SpecConfig, draft_length
-from lilicorr.decoding.draft_cache import DraftContextCache
-from lilicorr.decoding.draft_vocab import VocabHead
+from lilicorr.decoding.draft_side import DraftSide
 from lilicorr.decoding.policy import LoadPolicy, RowAcceptance, verify_rows, widen
 from lilicorr.decoding.proposal import DraftOutput, Proposal, Proposer
 from lilicorr.decoding.request import Request
@@ -34,8 +30,6 @@ from lilicorr.decoding.verify import Verdict, Verifier
 from lilicorr.models.draft import DraftModel
 from lilicorr.runtime.cache import CacheState, pad_right
 from lilicorr.runtime.runtime import TargetRuntime
-
-DEFER_LIMIT = 64  # paused steps whose taps wait before they are fused anyway (one batched pass)
 
 
 @dataclass
@@ -74,39 +68,32 @@ class SpecEngine:
         self.gate: DraftGate | None = None  # adaptive / draft_gate: whether a step runs the drafter (measured)
         self._draft_cost: float | None = None  # adaptive: seconds the drafter takes per step (running mean)
         self.policy: LoadPolicy | None = None  # serving: each step's width and drafting rows (use_load_policy)
-        nodes = max(self.proposer.tree_budget - 1, 0)  # a tree's drafted nodes; 0 for chains
-        if self.proposer.needs_draft and self.n and (config.enable_adaptive_verification or self.proposer.auto_budget):
-            width = nodes or self.n
-            self.adaptive = AdaptiveWidth(width, CostModel.measure(target, width + 1), tree=bool(nodes))
+        width, tree = self.proposer.verify_width(self.n)
+        if self.proposer.needs_draft and self.n and (config.enable_adaptive_verification or self.proposer.adapts_width):
+            self.adaptive = AdaptiveWidth(width, CostModel.measure(target, width + 1), tree=tree)
         if self.proposer.needs_draft and self.n and (self.adaptive is not None or config.draft_gate):
             self.gate = DraftGate()  # alone (draft_gate): full proposals, or plain steps while drafting loses
-        self.draft_head = None  # the LM head the drafter drafts through: its own, or the target's
-        if draft is not None and self.proposer.needs_draft:
-            self.draft_head = draft.lm_head if draft.lm_head is not None else target.lm_head
-            if draft_vocab is not None:
-                self.draft_head = VocabHead(self.draft_head.weight, draft_vocab)
+        self.drafter = (
+            DraftSide(draft, target, draft_vocab) if draft is not None and self.proposer.needs_draft else None
+        )
         self.decode = target.tokenizer.decode
         self.timer = StageTimer()
         self.stats = SpecStats()
         self.seqs: list[SeqState] = []
         self.tstate: CacheState | None = None
-        self.dcache: DraftContextCache | None = None
-        self._deferred: list[torch.Tensor] = []  # taps [batch, 1, taps] of paused steps, not yet fused
-        self._deferred_start: torch.Tensor | None = None  # [batch] position of the first deferred tap
 
     def use_load_policy(self, batches: tuple[int, ...] = (1, 4, 16)) -> LoadPolicy | None:
         """Let the load policy (``policy.py``) decide every step's width and drafting rows from measured
         costs; it replaces the draft gate and the width rule, which decide for the whole batch only."""
         if not self.n:
             return None
-        nodes = max(self.proposer.tree_budget - 1, 0)
-        width = nodes or self.n
+        width, tree = self.proposer.verify_width(self.n)
         cost = (
             self.adaptive.cost
             if self.adaptive is not None
             else CostModel.measure(self.target, width + 1, batches, reps=3)
         )
-        self.policy = LoadPolicy(width, cost, tree=bool(nodes))
+        self.policy = LoadPolicy(width, cost, tree=tree)
         self.gate, self.adaptive = None, None
         return self.policy
 
@@ -137,36 +124,19 @@ class SpecEngine:
                 tok = choose_token(out.logits[i, col[i]], s.request.params, s.request.generator)
                 s.request.commit([tok], self.decode, out.logits[i, col[i] : col[i] + 1])
                 s.pending = tok
-        dcache = None
-        if self.proposer.needs_draft:
+        if self.drafter is not None:
             with self.timer.stage("draft_backbone"):
-                dcache, ctx = self._draft_context(out.taps, state.lengths.new_zeros(len(requests)), mask)
+                chunk, ctx = self.drafter.context(out.taps, state.lengths.new_zeros(len(requests)), mask)
                 for i, s in enumerate(seqs):
                     s.anchor = ctx[i, last[i]]
+                self._set_anchors(self.drafter.join(chunk))  # the running rows' deferred taps are fused first
         if self.tstate is None:
-            self.tstate, self.dcache, self.seqs = state, dcache, seqs
+            self.tstate, self.seqs = state, seqs
         else:
-            self._fuse_deferred()  # the joining rows have no deferred taps: the running ones catch up first
             self.tstate = self.target.concat_states(self.tstate, state)
-            if dcache is not None:
-                self.dcache = DraftContextCache.concat(self.dcache, dcache)
             self.seqs = self.seqs + seqs
         self._drop_finished()
         return seqs
-
-    def _draft_context(self, taps: torch.Tensor, start: torch.Tensor, valid: torch.Tensor):
-        """Fuse taps of rows ``[batch, n]`` at positions ``start + i`` into a new draft cache chunk."""
-        assert self.draft is not None
-        dtype = next(self.draft.parameters()).dtype
-        ctx = self.draft.fuse(taps.to(dtype))  # [batch, n, Hm]
-        pos = start[:, None] + torch.arange(taps.shape[1])[None]
-        kv = self.draft.context_kv(ctx, pos)
-        cfg = self.draft.cfg
-        cache = DraftContextCache.empty(
-            taps.shape[0], cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, dtype
-        )
-        cache.append(kv, valid)
-        return cache, ctx
 
     def cancel(self, request: Request) -> None:
         """Remove a request now (client gone); its cache rows are freed at once."""
@@ -177,20 +147,24 @@ class SpecEngine:
         if len(keep) == len(self.seqs):
             return
         if not keep:
-            self.seqs, self.tstate, self.dcache = [], None, None
-            self._deferred, self._deferred_start = [], None
+            self.seqs, self.tstate = [], None
+            if self.drafter is not None:
+                self.drafter.clear()
             return
         rows = torch.tensor(keep)
         self.target.select_rows(self.tstate, rows)
-        if self.dcache is not None:
-            self.dcache.select_rows(rows)
-        if self._deferred_start is not None:
-            self._deferred = [t[rows] for t in self._deferred]
-            self._deferred_start = self._deferred_start[rows]
+        if self.drafter is not None:
+            self.drafter.select_rows(rows)
         self.seqs = [self.seqs[i] for i in keep]
 
     def _drop_finished(self) -> None:
         self._keep_rows([i for i, s in enumerate(self.seqs) if not s.request.finished])
+
+    def _set_anchors(self, anchors: torch.Tensor | None) -> None:
+        """Refresh the running rows' anchors after deferred taps were fused (``anchors`` ``[batch, Hm]``)."""
+        if anchors is not None:
+            for i, s in enumerate(self.seqs[: len(anchors)]):
+                s.anchor = anchors[i]
 
     # -- one cycle -------------------------------------------------------------------------------
     @torch.no_grad()
@@ -202,7 +176,7 @@ class SpecEngine:
             return []
         assert self.tstate is not None
         n = self.n
-        drafted = n > 0 and self.proposer.needs_draft  # a drafter model is in use: it needs taps and its context
+        drafted = n > 0 and self.drafter is not None  # a drafter model is in use: it needs taps and its context
         start = self.tstate.lengths.clone()  # [batch]: position of each pending token
         pending = torch.tensor([s.pending for s in self.seqs])
         temps = torch.tensor([s.request.params.temperature for s in self.seqs])
@@ -212,7 +186,7 @@ class SpecEngine:
         drafting = bool(n) and (plan.width > 0 if plan is not None else gate_says)
         if drafting and drafted:
             with self.timer.stage("draft_backbone"):
-                self._fuse_deferred()
+                self._set_anchors(self.drafter.fuse_deferred())
         rows = None if plan is None or len(plan.rows) == len(self.seqs) else plan.rows  # None: every row
         proposal = self._propose(pending, start, temps, rows) if drafting else None
         conf, width = None, None
@@ -238,10 +212,11 @@ class SpecEngine:
                 self.adaptive.update(conf, [v.path for v in verdicts], width)
         ctx = None
         if drafted and not drafting:  # a paused step: one token per row, fused later
-            self._defer(out.taps, start)
+            with self.timer.stage("draft_backbone"):
+                self._set_anchors(self.drafter.defer(out.taps, start))
         elif drafted:
             with self.timer.stage("draft_backbone"):
-                ctx = self._extend_draft_context(out.taps, start, verdicts)
+                ctx = self.drafter.extend(out.taps, start, verdicts)
         emitted = []
         with self.timer.stage("other"):
             drafted_rows = set(range(len(self.seqs)) if rows is None else rows) if proposal is not None else set()
@@ -297,51 +272,15 @@ class SpecEngine:
             accepted = torch.tensor([v.accepted for v in verdicts])
             self.target.truncate(self.tstate, start + 1 + accepted)
 
-    def _defer(self, taps: torch.Tensor, start: torch.Tensor) -> None:
-        """Keep a plain step's taps ``[batch, 1, taps]`` (its one committed token per row) for later fusion;
-        fused every ``DEFER_LIMIT`` steps, so a long run of plain steps (a loaded server) holds bounded memory."""
-        if self._deferred_start is None:
-            self._deferred_start = start.clone()
-        self._deferred.append(taps[:, :1])
-        if len(self._deferred) >= DEFER_LIMIT:
-            with self.timer.stage("draft_backbone"):
-                self._fuse_deferred()
-
-    def _fuse_deferred(self) -> None:
-        """Fuse the deferred taps into the draft context cache in one pass (positions ``start …
-        start + m − 1`` per row: every row committed one token a step) and refresh the anchors."""
-        if self._deferred_start is None:
-            return
-        assert self.dcache is not None
-        taps = torch.cat(self._deferred, 1)  # [batch, m, taps]
-        valid = torch.ones(taps.shape[:2], dtype=torch.bool)
-        chunk, ctx = self._draft_context(taps, self._deferred_start, valid)
-        self.dcache.append(chunk.kv, valid)
-        for i, s in enumerate(self.seqs):
-            s.anchor = ctx[i, -1]
-        self._deferred, self._deferred_start = [], None
-
-    def _extend_draft_context(self, taps: torch.Tensor, start: torch.Tensor, verdicts: list[Verdict]):
-        """Fuse the taps of each row's accepted path into the draft context cache; returns the fused rows."""
-        assert self.dcache is not None
-        b, longest = len(verdicts), max(len(v.path) for v in verdicts)
-        rows = torch.zeros(b, longest, dtype=torch.long)  # [batch, L]: verify positions of the path
-        valid = torch.zeros(b, longest, dtype=torch.bool)
-        for row, v in enumerate(verdicts):
-            rows[row, : len(v.path)] = torch.tensor(v.path)
-            valid[row, : len(v.path)] = True
-        path_taps = torch.gather(taps, 1, rows[..., None].expand(b, longest, taps.shape[-1]))
-        chunk, ctx = self._draft_context(path_taps, start, valid)
-        self.dcache.append(chunk.kv, valid)
-        return ctx
-
     def _propose(self, pending: torch.Tensor, start: torch.Tensor, temps: torch.Tensor, rows: list[int] | None = None):
         """The proposal of every row, or of ``rows`` only (the load policy paused the others)."""
         seqs = self.seqs if rows is None else [self.seqs[i] for i in rows]
         if rows is not None:
             pending, start, temps = pending[rows], start[rows], temps[rows]
-        if self.proposer.needs_draft:
-            d = self._draft(pending, start, rows)
+        if self.drafter is not None:
+            with self.timer.stage("draft_backbone"):
+                d = self.drafter.block(pending, start, self.n, torch.stack([s.anchor for s in seqs]), rows)
+                d.requests = [s.request for s in seqs]
         else:  # history-based proposers read only the requests and their pending tokens
             empty = torch.empty(0)
             d = DraftOutput(empty, empty, empty, empty, requests=[s.request for s in seqs], anchor_tokens=pending)
@@ -358,32 +297,6 @@ class SpecEngine:
                 chosen = logits.gather(-1, proposal.tokens[..., None]).squeeze(-1)
                 proposal.confidence = (chosen - logits.logsumexp(-1)).exp()  # [batch, n]
         return proposal
-
-    def _draft(self, pending: torch.Tensor, start: torch.Tensor, rows: list[int] | None = None) -> DraftOutput:
-        """One drafter pass over ``[pending, MASK × n]`` per row (of ``rows``, None: all): hidden states and
-        logits of the mask slots."""
-        assert self.draft is not None and self.dcache is not None
-        n = self.n
-        seqs, kv, valid = self.seqs, self.dcache.kv, self.dcache.valid
-        if rows is not None:
-            seqs, kv, valid = [self.seqs[i] for i in rows], [(k[rows], v[rows]) for k, v in kv], valid[rows]
-        with self.timer.stage("draft_backbone"):
-            mask_id = self.draft.cfg.mask_token_id
-            block = torch.cat([pending[:, None], torch.full((len(pending), n), mask_id)], 1)  # [batch, n+1]
-            dtype = next(self.draft.parameters()).dtype
-            emb = self.target.embed_tokens(block).to(dtype)
-            pos = start[:, None] + torch.arange(n + 1)[None]
-            hidden = self.draft.draft_block(emb, pos, kv, valid)[:, 1:]  # [batch, n, Hm]
-            logits = self.draft_head(hidden.to(self.draft_head.weight.dtype)).float()  # [batch, n, V]
-            anchor = torch.stack([s.anchor for s in seqs])
-        return DraftOutput(
-            hidden=hidden,
-            logits=logits,
-            anchor=anchor,
-            anchor_valid=torch.ones(len(pending), dtype=torch.bool),
-            requests=[s.request for s in seqs],
-            anchor_tokens=pending,
-        )
 
     # -- convenience ------------------------------------------------------------------------------
     def generate(self, requests: list[Request], on_tokens=None) -> list[Request]:

@@ -109,10 +109,12 @@ class Proposer:
     name = "base"
     needs_draft = True
     n = 0
-    # What the engine reads of every proposer to size its verify: a tree proposer sets both from its typed
-    # ``TreeOptions`` (``methods/trees.py``); for a chain they stay 0 / False.
-    tree_budget = 0
-    auto_budget = False
+    adapts_width = False  # the method asks the engine to choose each step's verify width from measured costs
+
+    def verify_width(self, n: int) -> tuple[int, bool]:
+        """The most drafted tokens one verify takes, and whether they form a tree: the engine sizes its cost
+        model by it. A chain verifies its ``n`` drafted tokens; a tree method answers from its own options."""
+        return n, False
 
     def __init__(self, draft_sample_method: str = "greedy"):
         self.draft_sample_method = draft_sample_method

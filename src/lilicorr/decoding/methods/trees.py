@@ -87,8 +87,12 @@ class TreeProposer(Proposer):
         super().__init__("greedy")
         self.options, self.topk = options, topk
         self.lookup = options.lookup  # (prompt_lookup_max, prompt_lookup_min): graft the prompt-lookup continuation
-        # what the engine reads of every proposer (``Proposer``): this tree's width and whether it prunes it
-        self.tree_budget, self.auto_budget = options.nodes, options.auto
+        self.tree_budget = options.nodes  # nodes, root included
+        self.adapts_width = options.auto  # ``auto``: the engine prunes the tree per step from measured costs
+
+    def verify_width(self, n: int) -> tuple[int, bool]:
+        """A tree verifies its drafted nodes (the root is the pending token) whatever the block length."""
+        return max(self.tree_budget - 1, 0), True
 
     def chains(self, d: DraftOutput) -> list[list[int] | None] | None:
         """Per row, the tokens that followed the latest earlier occurrence of its last tokens (prompt lookup,
