@@ -129,7 +129,7 @@ def test_a_speculative_config_resolves_at_start_up():
     with pytest.raises(ValueError, match="method 'lilicorr' has no option 'tree_budget'"):
         read_speculative_config(f'{{"method": "dflash", "model": "{LILICORR}", "tree_budget": 16}}')
     cfg = {"method": "dflash", "model": LILICORR}  # vLLM's DFlash family: the folder decides, its chain
-    assert read_speculative_config(json.dumps(cfg)) == cfg
+    assert read_speculative_config(json.dumps(cfg)) == resolve(parse_speculative_config(cfg))  # resolved there, once
     assert resolve(parse_speculative_config(cfg)).method == "lilicorr"
     assert resolve(parse_speculative_config({"method": DEFAULT, "model": LILICORR})).method == "lilicorr-tree"
 

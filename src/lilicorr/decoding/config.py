@@ -299,9 +299,9 @@ def parse_speculative_config(cfg: dict) -> SpecConfig:
     return SpecConfig(**common, options={k: cfg[k] for k in option_keys() if k in cfg})
 
 
-def read_speculative_config(text: str | None) -> dict | None:
-    """``--speculative-config`` JSON text as an object, resolved now (a wrong key, method, option or folder is
-    a named error at start-up, not at the first request)."""
+def read_speculative_config(text: str | None) -> ResolvedSpec | None:
+    """``--speculative-config`` JSON text, resolved now and only here on the serve path (a wrong key, method,
+    option or folder is a named error at start-up, not at the first request)."""
     if text is None:
         return None
     try:
@@ -309,7 +309,6 @@ def read_speculative_config(text: str | None) -> dict | None:
     except json.JSONDecodeError as e:
         raise ValueError(f"--speculative-config is not valid JSON: {e.msg}") from e
     try:
-        resolve(parse_speculative_config(cfg))
+        return resolve(parse_speculative_config(cfg))
     except ValueError as e:
         raise ValueError(f"--speculative-config: {e}") from e
-    return cfg

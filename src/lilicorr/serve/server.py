@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lilicorr.decoding.build import engine_from_speculative_config
-from lilicorr.decoding.config import DEFAULT, SpecConfig
+from lilicorr.decoding.config import DEFAULT, ResolvedSpec, SpecConfig
 from lilicorr.runtime.dtype import resolve_dtype
 from lilicorr.runtime.runtime import TargetRuntime
 from lilicorr.serve.app import create_app
@@ -16,7 +16,7 @@ from lilicorr.shipped import SHIPPED_DRAFT, SHIPPED_TARGET, SHIPPED_TARGET_NAME
 
 def build(
     target_dir: str | None,
-    spec: dict | SpecConfig | None,
+    spec: dict | SpecConfig | ResolvedSpec | None,
     served_model_name: str | None = None,
     max_num_seqs: int = 8,
     max_model_len: int | None = None,
