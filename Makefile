@@ -128,7 +128,7 @@ lint: venv
 	$(BIN)/ruff format --check src tests benchmarks && $(BIN)/ruff check src tests benchmarks
 
 format: venv
-	$(BIN)/ruff format src tests && $(BIN)/ruff check --fix src tests
+	$(BIN)/ruff format src tests benchmarks && $(BIN)/ruff check --fix src tests benchmarks
 
 clean-venv:
 	rm -rf $(VENV)

@@ -22,18 +22,18 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from lilicorr.models.draft import default_layer_ids_for  # noqa: E402
-from lilicorr.runtime.runtime import TargetRuntime  # noqa: E402
-from lilicorr.training.draft import DraftStep, combine_losses  # noqa: E402
-from lilicorr.training.draft_config import DraftTrainConfig, build_model  # noqa: E402
-from lilicorr.training.features import (  # noqa: E402
+from lilicorr.datagen.regenerate import load_regenerated  # noqa: E402
+from lilicorr.features.cache import (  # noqa: E402
     FeatureStore,
     extract_features,
     supervised_length,
     target_features,
 )
+from lilicorr.models.draft import default_layer_ids_for  # noqa: E402
+from lilicorr.runtime.runtime import TargetRuntime  # noqa: E402
+from lilicorr.training.draft import DraftStep, combine_losses  # noqa: E402
+from lilicorr.training.draft_config import DraftTrainConfig, build_model  # noqa: E402
 from lilicorr.training.losses import sample_anchors  # noqa: E402
-from lilicorr.training.regenerate import load_regenerated  # noqa: E402
 
 
 def _time(fn, repeat: int) -> float:

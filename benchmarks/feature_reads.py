@@ -1,5 +1,5 @@
 """Disk bytes and time to read random training rows from a packed feature cache: safetensors' memory map against
-``FeatureStore`` (``pread`` without readahead, ``training/shard_reader.py``), alternating sets of distinct rows.
+``FeatureStore`` (``pread`` without readahead, ``features/shard_reader.py``), alternating sets of distinct rows.
 
 Why: training draws rows in random order; on a cache larger than memory every row comes from disk, and the memory
 map's read-around read 3–6× the rows' bytes (session 19). Disk bytes are this process's ``read_bytes`` in
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from lilicorr.training.features import FeatureStore
+from lilicorr.features.cache import FeatureStore
 
 
 def disk_read_bytes() -> int:

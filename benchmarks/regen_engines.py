@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from lilicorr.training.regenerate import RegenConfig, load_regenerated, regenerate  # noqa: E402
+from lilicorr.datagen.regenerate import RegenConfig, load_regenerated, regenerate  # noqa: E402
 
 
 def _run(spec: str, args, prompts: Path, n: int, fraction: float, tag: str) -> tuple[dict, dict]:

@@ -24,12 +24,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from lilicorr.datagen.regenerate import load_regenerated  # noqa: E402
+from lilicorr.features.cache import FeatureStore, extract_features  # noqa: E402
 from lilicorr.runtime.runtime import TargetRuntime  # noqa: E402
 from lilicorr.training.draft import DraftStep, combine_losses, frequent_tokens  # noqa: E402
 from lilicorr.training.draft_config import DraftTrainConfig, build_model  # noqa: E402
-from lilicorr.training.features import FeatureStore, extract_features  # noqa: E402
 from lilicorr.training.losses import sample_anchors  # noqa: E402
-from lilicorr.training.regenerate import load_regenerated  # noqa: E402
 
 FIELDS = {f.name: f for f in fields(DraftTrainConfig)}
 

@@ -35,7 +35,7 @@ if has prompts; then
   [ -f data/prompts/sharegpt.jsonl ] || $L data prompts sharegpt --out data/prompts/sharegpt.jsonl
   source scripts/eval_prompts.sh  # data/prompts/eval-mt-bench-humaneval.jsonl (chat rows)
   # the same prompts as raw text: MT-Bench questions, HumanEval's function stubs without the instruction
-  .venv/bin/python -c "from lilicorr.training.raw_text import write_raw_prompts as w; \
+  .venv/bin/python -c "from lilicorr.datagen.raw_text import write_raw_prompts as w; \
 print(w('data/prompts/eval-mt-bench-humaneval.jsonl', 'data/prompts/eval-mt-bench-humaneval-raw.jsonl'))"
   [ -f data/corpus/train.jsonl ] || $L data corpus --out data/corpus
 fi

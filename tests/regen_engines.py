@@ -13,7 +13,7 @@ N, NEW = 6, 24
 
 
 def regen_with(engine: str, tmp: Path):
-    from lilicorr.training.regenerate import RegenConfig, load_regenerated, regenerate
+    from lilicorr.datagen.regenerate import RegenConfig, load_regenerated, regenerate
 
     if not (tmp / "p.jsonl").exists():
         from lilicorr.data.prompt_sets import load_set

@@ -111,8 +111,8 @@ def test_bad_input_names_the_file_and_writes_nothing(tmp_path):
 
 
 def test_imported_card_records_source_speed_and_answers(tiny_gguf, tmp_path):
+    from lilicorr.cards.imported import SAMPLE_QUESTIONS, write_imported_card
     from lilicorr.runtime.gguf_import import import_gguf
-    from lilicorr.training.imported_card import SAMPLE_QUESTIONS, write_imported_card
 
     meta = import_gguf(tiny_gguf, tmp_path / "out")
     text = write_imported_card(tmp_path / "out", wheel="pkg==1.0", max_tokens=4).read_text()

@@ -54,9 +54,9 @@ def test_dflash_soft_labels_mix_the_targets_distribution():
 def test_soft_labels_are_the_targets_logits_for_each_slot(tiny_target_dir, regen_data):
     """The slot ``s`` of the block anchored at ``p`` predicts token ``p + s + 1``: its soft label must be the
     target's logits at row ``p + s`` (one row off would teach the drafter the wrong distribution)."""
+    from lilicorr.datagen.regenerate import load_regenerated
     from lilicorr.runtime.runtime import TargetRuntime
     from lilicorr.training.objectives import slot_rows
-    from lilicorr.training.regenerate import load_regenerated
 
     cfg = _cfg(tiny_target_dir, regen_data, "unused", "dflash", kd_weight=0.5)
     target = TargetRuntime.load(tiny_target_dir)
@@ -190,8 +190,8 @@ def test_head_mode_freezes_backbone(tiny_target_dir, regen_data, tmp_path):
 
 
 def test_lattice_loss_alone_reaches_the_backbone(tiny_target_dir, regen_data, tmp_path):
+    from lilicorr.datagen.regenerate import load_regenerated
     from lilicorr.runtime.runtime import TargetRuntime
-    from lilicorr.training.regenerate import load_regenerated
 
     # Start from a briefly trained backbone so that truths land in the lattice (supervised slots).
     train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / "warm", "dflash", steps=100))
@@ -273,7 +273,7 @@ def test_bench_quick_and_draft_card(tiny_target_dir, regen_data, tmp_path):
     import json
 
     from lilicorr.bench.runner import run_bench
-    from lilicorr.training.draft_card import write_draft_card
+    from lilicorr.cards.draft import write_draft_card
 
     train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / "lc", "lilicorr", steps=5))
     train_draft(_cfg(tiny_target_dir, regen_data, tmp_path / "df", "dflash", steps=5))
@@ -353,17 +353,6 @@ def test_bench_quick_and_draft_card(tiny_target_dir, regen_data, tmp_path):
     assert all((tmp_path / "docs" / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
 
 
-def test_arm_labels_spell_out_the_variant_suffixes():
-    from lilicorr.training.draft_card import arm_label
-
-    assert arm_label("d", "d", "dflash") == "dflash"
-    assert arm_label("d:default", "d", "ddtree") == "default"
-    assert arm_label("d:ddtree+lookup@b16", "d", "ddtree") == "ddtree+lookup (tree budget 16)"
-    assert arm_label("d@n4", "d", "dflash") == "dflash (4 draft tokens)"
-    assert arm_label("d:tree+lookup@b16+gate", "d", "x") == "tree+lookup (tree budget 16, draft gate)"
-    assert arm_label("d:default@v8192", "d", "x") == "default (draft vocabulary 8192)"
-
-
 @pytest.mark.parametrize("mode", ["dflash2", "dspark", "domino"])
 def test_comparison_arm_training(tiny_target_dir, regen_data, tmp_path, mode):
     from lilicorr.bench.variants import default_variants
@@ -376,7 +365,7 @@ def test_comparison_arm_training(tiny_target_dir, regen_data, tmp_path, mode):
     assert not load_draft(tmp_path / mode).is_lilicorr  # the backbone stays a plain DFlashDraftModel
     assert load_arm(tmp_path / mode).kind == mode
     assert [a.name for a in default_variants([str(tmp_path / mode)])][-1] == f"{mode}:{mode}"
-    from lilicorr.training.draft_card import write_draft_card
+    from lilicorr.cards.draft import write_draft_card
 
     meta = tmp_path / "meta.json"
     meta.write_text(
@@ -469,43 +458,6 @@ def test_per_module_clipping_groups_and_training(tiny_target_dir, regen_data, tm
     assert summary["config"]["clip_per_module"] and summary["config"]["head_grad_to_backbone"] == 0.25
 
 
-@pytest.mark.parametrize("mode", ["lilicorr", "head", "domino"])
-def test_card_command_round_trips_through_the_cli(mode):
-    """The command a card records, parsed by the real CLI, gives back the recorded config."""
-    import shlex
-    from dataclasses import asdict
-
-    from lilicorr.cli.main import build_parser
-    from lilicorr.options import from_args
-    from lilicorr.training.draft_card import train_command
-
-    cfg = DraftTrainConfig(
-        target="t",
-        data="d.safetensors",
-        out="o",
-        mode=mode,
-        head_hidden_size=32,
-        steps=77,
-        lr=1.5e-3,
-        seed=3,
-        head_grad_to_backbone=0.25,
-        clip_per_module=True,
-        target_layer_ids=[0, 2],
-        conv_kernel_size=2,
-        conv_group_size=16,
-        features="feats/x",
-        freeze_backbone=mode == "domino",
-        init="base" if mode in ("head", "domino") else None,
-        mask_token="<empty_output>",
-        bf16=False,
-        head_weights=HeadLossWeights(distill=0.5),
-    )
-    command = train_command(asdict(cfg))
-    args = build_parser().parse_args(shlex.split(command)[1:])
-    assert from_args(DraftTrainConfig, args) == cfg
-    assert "--fp32" in command and "--w-distill 0.5" in command and "--target-layer-ids 0,2" in command
-
-
 def test_learning_curves_log_positions_and_plot(tiny_target_dir, regen_data, tmp_path):
     """Validation points carry supervised positions (global batch: every valid block's slots), minutes, τ and
     the neighbouring-slot repeat rate; `lilicorr report --curves` draws several runs into one PNG, and a run with a
@@ -553,9 +505,9 @@ def test_a_resumed_runs_curve_keeps_the_retrained_points_only(tmp_path):
 def _vocab_passes(tiny_target_dir, regen_data, **kw):
     """A lilicorr step with a 16-token training vocabulary (and ``kw``), and its block pass over 4 rows in eval
     (full vocabulary) and in training (the training vocabulary)."""
+    from lilicorr.datagen.regenerate import load_regenerated
     from lilicorr.runtime.runtime import TargetRuntime
     from lilicorr.training.draft import frequent_tokens
-    from lilicorr.training.regenerate import load_regenerated
 
     cfg = _cfg(tiny_target_dir, regen_data, "unused", "lilicorr", train_vocab=16, **kw)
     target = TargetRuntime.load(tiny_target_dir)
@@ -653,7 +605,7 @@ def test_validation_reads_val_data_when_given(tiny_target_dir, regen_data, tmp_p
     own answers); here a copy whose rows supervise nothing gives zero validation blocks."""
     from safetensors.torch import save_file
 
-    from lilicorr.training.regenerate import load_regenerated
+    from lilicorr.datagen.regenerate import load_regenerated
 
     data = load_regenerated(regen_data)
     empty = tmp_path / "unsupervised.safetensors"
@@ -688,8 +640,8 @@ def test_init_from_target_copies_the_last_layers_and_final_norm(tiny_target_dir,
 def test_draft_card_records_merged_data_the_rows_used_and_the_curve(tiny_target_dir, regen_data, tmp_path):
     """A drafter trained on a prefix of a merged file: its card names the merge and its inputs, the rows it
     trained on, the training vocabulary, and the held-out curve of its run folder."""
-    from lilicorr.training.draft_card import write_draft_card
-    from lilicorr.training.merge import merge_data
+    from lilicorr.cards.draft import write_draft_card
+    from lilicorr.datagen.merge import merge_data
 
     merged = tmp_path / "merged.safetensors"
     merge_data([str(regen_data), str(regen_data)], str(merged))
@@ -779,25 +731,3 @@ def test_validation_splits_greedy_and_sampled_rows_over_the_same_blocks(tiny_tar
     assert out["walk_prefix"] == pytest.approx(float(sums["m_walk_prefix"]) / float(sums["m_blocks"]), abs=1e-4)
     parts = sum(out[k]["top1_prefix"] * out[k]["blocks"] for k in ("greedy", "sampled")) / out["blocks"]
     assert parts == pytest.approx(out["top1_prefix"], abs=1e-3)
-
-
-def test_card_command_follows_a_backbone_moved_with_its_drafter():
-    """Drafters trained under a scratch root and moved into ``models/`` together: the recorded command names the
-    new folders, ``--init`` included when the backbone was under the same root; other paths stay as they were."""
-    from lilicorr.training.draft_card import moved_config
-
-    head = {"out": "runs/v3/smollm2-dflash-head", "init": "runs/v3/smollm2-dflash", "data": "d"}
-    assert moved_config(head, Path("models/smollm2-dflash-head")) == {
-        "out": "models/smollm2-dflash-head",
-        "init": "models/smollm2-dflash",
-        "data": "d",
-    }
-    arm = {"out": "runs/v3/arms/smollm2-dspark", "init": "runs/v3/smollm2-dflash"}
-    assert moved_config(arm, Path("models/arms/smollm2-dspark"))["init"] == "models/smollm2-dflash"
-    elsewhere = {"out": "runs/v3/h", "init": "models/tiny-s-dflash"}
-    assert moved_config(elsewhere, Path("models/h"))["init"] == "models/tiny-s-dflash"
-    in_place = {"out": "models/h", "init": "runs/v3/smollm2-dflash"}
-    assert moved_config(in_place, Path("models/h"))["init"] == "runs/v3/smollm2-dflash"
-    renamed = {"out": "runs/v3/a", "init": "runs/v3/b"}  # no shared folder name: not a move, nothing inferred
-    assert moved_config(renamed, Path("models/c"))["init"] == "runs/v3/b"
-    assert moved_config({"out": "runs/v3/a", "init": None}, Path("models/a"))["init"] is None

@@ -7,9 +7,9 @@ import torch
 from safetensors.torch import save_file
 
 from lilicorr.cli.main import main
+from lilicorr.datagen.regenerate import load_regenerated
 from lilicorr.training.draft import train_draft
 from lilicorr.training.evaluate import evaluate_draft
-from lilicorr.training.regenerate import load_regenerated
 from tests.training.test_draft_training import _cfg
 from tests.training.test_train_infer_parity import _rule_data
 

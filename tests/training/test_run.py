@@ -64,7 +64,7 @@ def test_checkpoints_without_a_config_still_resume(tmp_path):
 def test_each_resumed_segment_keeps_its_thread_count(tmp_path):
     """A run resumed with other threads records both, and the card names each stretch instead of reporting the
     last segment's threads for the whole wall time."""
-    from lilicorr.training.draft_card import _threads
+    from lilicorr.cards.draft import _threads
 
     before = torch.get_num_threads()
     try:

@@ -98,7 +98,7 @@ def test_train_exports_hf_folder_and_resume_is_exact(small_corpus, tmp_path, tin
 
 
 def test_model_card_written_from_measurements(small_corpus, tmp_path, tiny_preset):
-    from lilicorr.training.target_card import distinct_ngram_ratio, write_target_card
+    from lilicorr.cards.target import distinct_ngram_ratio, write_target_card
 
     train_target(_cfg(small_corpus, tmp_path, "c", 3))
     ev = write_target_card(tmp_path / "c", small_corpus[0], command="lilicorr train target …", threads=1)

@@ -21,11 +21,11 @@ from lilicorr.decoding.build import build_engine, build_proposer
 from lilicorr.decoding.config import SpecConfig
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
+from lilicorr.features.cache import target_features
 from lilicorr.models.backbone import training_block_mask
 from lilicorr.runtime.runtime import TargetRuntime
 from lilicorr.training.draft import DraftStep
 from lilicorr.training.draft_config import DraftTrainConfig, build_model
-from lilicorr.training.features import target_features
 from lilicorr.training.losses import block_labels
 
 BLOCK = 4
@@ -111,7 +111,7 @@ def _labels_off_by_one(tokens, anchors, block):
 def test_each_known_bug_breaks_parity(drafted, bug, monkeypatch):
     target = drafted[0]
     if bug == "hidden states shifted by one":
-        monkeypatch.setattr("lilicorr.training.features.target_features", _shifted_taps)
+        monkeypatch.setattr("lilicorr.features.cache.target_features", _shifted_taps)
     elif bug == "anchors leaking across blocks":
         monkeypatch.setattr(draft_mod, "training_block_mask", _leaky_mask)
     elif bug == "labels off by one":

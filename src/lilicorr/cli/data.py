@@ -26,8 +26,8 @@ def _regenerate(args: argparse.Namespace) -> int:
     import torch
 
     from lilicorr.data.corpus import ensure_corpus
+    from lilicorr.datagen.regenerate import RegenConfig, regenerate
     from lilicorr.options import from_args
-    from lilicorr.training.regenerate import RegenConfig, regenerate
 
     torch.set_num_threads(args.threads)
     cfg = from_args(RegenConfig, args)
@@ -44,9 +44,9 @@ def _regenerate(args: argparse.Namespace) -> int:
 def _features(args: argparse.Namespace) -> int:
     import torch
 
+    from lilicorr.features.cache import extract_features
     from lilicorr.models.draft import default_layer_ids_for
     from lilicorr.runtime.runtime import resolve_device
-    from lilicorr.training.features import extract_features
 
     torch.set_num_threads(args.threads)
     cfg = json.loads((Path(args.target) / "config.json").read_text())
@@ -75,7 +75,7 @@ def _features(args: argparse.Namespace) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    from lilicorr.training.merge import merge_data
+    from lilicorr.datagen.merge import merge_data
 
     try:
         meta = merge_data(args.inputs, args.out, args.rows, args.held_out, args.held_out_rows)
@@ -87,7 +87,7 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 def _pack(args: argparse.Namespace) -> int:
-    from lilicorr.training.answer_pack import pack_answers
+    from lilicorr.datagen.answer_pack import pack_answers
 
     try:
         print(json.dumps(pack_answers(args.data, args.out), indent=2))
@@ -99,7 +99,7 @@ def _pack(args: argparse.Namespace) -> int:
 
 def _unpack(args: argparse.Namespace) -> int:
     from lilicorr.data.corpus import ensure_corpus
-    from lilicorr.training.answer_pack import read_pack, unpack_answers
+    from lilicorr.datagen.answer_pack import read_pack, unpack_answers
 
     try:
         facts, _ = read_pack(args.pack)
@@ -119,8 +119,8 @@ def _draft_vocab(args: argparse.Namespace) -> int:
 
     from lilicorr.data.chat import ChatError, row_ids
     from lilicorr.data.prompt_sets import read_prompt_rows
+    from lilicorr.datagen.regenerate import load_regenerated
     from lilicorr.decoding.draft_vocab import token_frequency_order, write_draft_vocab
-    from lilicorr.training.regenerate import load_regenerated
 
     out = Path(args.out)
     if not (out / "config.json").exists():
@@ -166,8 +166,8 @@ def _prompts(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     from lilicorr.data.prompt_sets import SETS
+    from lilicorr.datagen.regenerate import ROW_KINDS, RegenConfig
     from lilicorr.options import add_options
-    from lilicorr.training.regenerate import ROW_KINDS, RegenConfig
 
     data = sub.add_parser("data", help="build datasets").add_subparsers(dest="data_cmd", required=True)
     s = data.add_parser("corpus", help="build the offline corpus (stdlib code + Debian docs)")

@@ -42,7 +42,7 @@ def _fetch(args: argparse.Namespace) -> int:
         return 2
     if not args.no_card:
         if spec.chat:
-            from lilicorr.training.imported_card import write_imported_card
+            from lilicorr.cards.imported import write_imported_card
 
             wheel = ", ".join(f"{p.package}=={p.version}" for p in spec.parts)
             print(f"wrote {write_imported_card(out, wheel=wheel)}")

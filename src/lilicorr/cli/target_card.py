@@ -1,7 +1,7 @@
 """``MODEL_CARD.md`` of an imported *base* target (no chat template): what it is, where it came from, what
 this machine measured and how it continues raw text.
 
-Why not the chat card (``training/imported_card.py``): that one asks chat questions under the chat
+Why not the chat card (``cards/imported.py``): that one asks chat questions under the chat
 template, which a base model does not have; a base model is judged by its continuations of raw text
 (code and prose, the way it is used), and its card has to say plainly that it is not instruction-tuned.
 """
@@ -14,13 +14,13 @@ from pathlib import Path
 
 import torch
 
+from lilicorr.cards.imported import greedy_samples
 from lilicorr.data.atomic import atomic_write_text
 from lilicorr.data.chat import text_ids
 from lilicorr.data.wheels import sha256_file
 from lilicorr.runtime.machine import bf16_label
 from lilicorr.runtime.runtime import TargetRuntime
 from lilicorr.runtime.targets import TargetSpec
-from lilicorr.training.imported_card import greedy_samples
 
 SAMPLE_TEXTS = [
     "def fibonacci(n):\n    ",

@@ -146,7 +146,7 @@ def _tokenizer(args: argparse.Namespace) -> int:
 
 
 def _card_target(args: argparse.Namespace) -> int:
-    from lilicorr.training.target_card import write_target_card
+    from lilicorr.cards.target import write_target_card
 
     write_target_card(Path(args.model), Path(args.corpus), command=args.command, threads=args.threads)
     print(f"wrote {Path(args.model) / 'MODEL_CARD.md'}")
@@ -154,7 +154,7 @@ def _card_target(args: argparse.Namespace) -> int:
 
 
 def _card_draft(args: argparse.Namespace) -> int:
-    from lilicorr.training.draft_card import write_draft_card
+    from lilicorr.cards.draft import write_draft_card
 
     bench = Path(args.bench) if args.bench else None
     write_draft_card(Path(args.model), args.command, Path(args.data_meta), bench, args.bench_command)
@@ -163,7 +163,7 @@ def _card_draft(args: argparse.Namespace) -> int:
 
 
 def _card_decoding(args: argparse.Namespace) -> int:
-    from lilicorr.training.draft_card import replace_decoding_section
+    from lilicorr.cards.decoding_section import replace_decoding_section
 
     missing = [str(p) for p in (Path(args.bench), *(Path(m) / "MODEL_CARD.md" for m in args.model)) if not p.exists()]
     if missing:  # checked before any card is written: all or nothing

@@ -3,7 +3,7 @@ for on ``/health``, stopped on exit, its log named on failure.
 
 Two users: the llama.cpp deployment path (``bench/llamacpp.py``: a target GGUF with or without a
 DFlash drafter GGUF, chat prompts) and bulk answer generation for drafter training data
-(``training/answerers.py``: ``parallel`` slots with continuous batching, token ids in and out, so
+(``datagen/answerers.py``: ``parallel`` slots with continuous batching, token ids in and out, so
 the answers are the target's tokens without a detokenise/retokenise round trip).
 The binary is built by ``make llamacpp`` from the pinned llama-cpp-python source (``build/llama.cpp``).
 """

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from lilicorr.datagen.regenerate import load_regenerated, rows_of_kind
 from lilicorr.training.draft_config import DraftTrainConfig
-from lilicorr.training.regenerate import load_regenerated, rows_of_kind
 
 
 class Batches:
@@ -19,7 +19,7 @@ class Batches:
         self.sampled = data["sampled"][rows].bool()  # [rows]: the answer was sampled at T=1 (else greedy)
         self.store = None
         if cfg.features:
-            from lilicorr.training.features import FeatureStore
+            from lilicorr.features.cache import FeatureStore
 
             self.store = FeatureStore(cfg.features, data["tokens"], layer_ids, cfg.max_sequences)
             self.tokens, self.mask = self.tokens[:, : self.store.length], self.mask[:, : self.store.length]

@@ -91,7 +91,7 @@ class DraftStep:
         n = anchors.shape[1]
         dev = tokens.device
         if feats is None:
-            from lilicorr.training.features import target_features
+            from lilicorr.features.cache import target_features
 
             taps, final = target_features(target.model, tokens, model.cfg.target_layer_ids)
         else:

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 import torch
 
 from lilicorr.checkpoint import load_draft
+from lilicorr.datagen.regenerate import ROW_KINDS
 from lilicorr.models.config import DraftConfig, LiLiCorrGeometry
 from lilicorr.models.draft import DraftModel, default_layer_ids_for
 from lilicorr.options import option
 from lilicorr.runtime.runtime import TargetRuntime
 from lilicorr.training.losses import HeadLossWeights
 from lilicorr.training.modes import MODES, get_mode
-from lilicorr.training.regenerate import ROW_KINDS
 
 DEVICES = ("auto", "cpu", "cuda")
 

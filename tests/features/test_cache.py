@@ -5,9 +5,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from lilicorr.features.cache import FeatureStore, extract_features, supervised_length
 from lilicorr.training.draft import train_draft
 from lilicorr.training.draft_config import mask_token_id
-from lilicorr.training.features import FeatureStore, extract_features, supervised_length
 from tests.training.test_draft_training import _cfg as base_cfg
 
 
@@ -88,8 +88,8 @@ def test_extraction_of_a_prefix_serves_its_rows_and_extends(tiny_target_dir, reg
 def test_packed_rows_equal_the_target_features_up_to_each_rows_length(tiny_target_dir, regen_data, tmp_path):
     """The packed layout stores each row only up to its last supervised column: reads give exactly the target's
     features there and zeros after, and the cache is smaller than rows × the data's longest length."""
+    from lilicorr.features.cache import row_lengths, target_features
     from lilicorr.runtime.runtime import TargetRuntime
-    from lilicorr.training.features import row_lengths, target_features
 
     data = load_file(str(regen_data))
     mask = data["loss_mask"].bool()
@@ -130,7 +130,7 @@ def test_a_cache_from_before_packing_stays_padded(tiny_target_dir, regen_data, t
     assert load_file(str(legacy / "00000.safetensors"))["taps"].shape[:2] == (16, meta["length"])
     idx = torch.tensor([3, 20])
     a, b = FeatureStore(legacy).get(idx), FeatureStore(packed).get(idx)
-    from lilicorr.training.features import row_lengths
+    from lilicorr.features.cache import row_lengths
 
     lens = row_lengths(load_file(str(regen_data))["loss_mask"].bool())[idx]
     for r in range(2):
@@ -171,7 +171,7 @@ def test_an_extraction_that_would_fill_the_disk_is_refused_before_it_starts(
     import collections
     import shutil
 
-    from lilicorr.training import features
+    from lilicorr.features import cache as features
 
     cache = tmp_path / "feats"
     extract_features(str(tiny_target_dir), str(regen_data), str(cache), [0, 2], shard_size=16, max_sequences=16)
@@ -200,7 +200,7 @@ def test_fp8_cache_holds_the_bf16_features_within_fp8_precision_at_half_the_byte
 ):
     """--dtype float8_e4m3fn: one byte a value and per-channel scales; read back as bf16 within fp8's relative
     precision of the bf16 cache (channel by channel, also for a channel far larger than the rest), and trainable."""
-    from lilicorr.training.features import dequantize_fp8, quantize_fp8
+    from lilicorr.features.cache import dequantize_fp8, quantize_fp8
 
     bf16, fp8 = tmp_path / "bf16", tmp_path / "fp8"
     extract_features(str(tiny_target_dir), str(regen_data), str(bf16), [0, 2], shard_size=16)
@@ -232,7 +232,7 @@ def test_a_merge_reuses_the_shards_another_cache_holds_for_its_first_rows(tiny_t
     shards it computed. A donor stored otherwise is refused by name."""
     import os
 
-    from lilicorr.training.features import extraction_report
+    from lilicorr.features.cache import extraction_report
 
     donor = tmp_path / "donor"
     extract_features(str(tiny_target_dir), str(regen_data), str(donor), [0, 2], shard_size=16, dtype="float32")

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from lilicorr.data.atomic import atomic_write
-from lilicorr.training.feature_rows import data_digest, row_lengths
+from lilicorr.features.rows import data_digest, row_lengths
 
 # what must agree for a shard of the other cache to be this cache's shard (besides its rows)
 SAME_STORAGE = ("target", "layer_ids", "hidden_size", "shard_size", "dtype", "layout")
@@ -32,7 +32,7 @@ def reusable_shards(donor_dir: str | Path, meta: dict, tokens: torch.Tensor, len
     ``meta`` is this cache's meta; ``tokens [rows, L]`` and ``lens [rows]`` its rows and each row's stored length.
     A donor made for other storage is refused (ValueError naming the field), not silently skipped; one whose data
     file is gone or changed likewise, since its rows could not be compared."""
-    from lilicorr.training.regenerate import load_regenerated
+    from lilicorr.datagen.regenerate import load_regenerated
 
     donor = Path(donor_dir)
     if not (donor / "meta.json").exists():

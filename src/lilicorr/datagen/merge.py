@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from lilicorr.data.atomic import atomic_write, atomic_write_text
-from lilicorr.training.regenerate import file_sha, load_regenerated, rows_of_kind
+from lilicorr.datagen.regenerate import file_sha, load_regenerated, rows_of_kind
 
 KEYS = ("tokens", "loss_mask", "sampled")
 

@@ -1,5 +1,5 @@
-"""Which rows a feature cache holds, and how many columns of each: shared by the extraction (``features``) and
-by the reuse of another cache's shards (``feature_reuse``), which must agree on both to call a shard the same."""
+"""Which rows a feature cache holds, and how many columns of each: shared by the extraction (``features.cache``) and
+by the reuse of another cache's shards (``features.reuse``), which must agree on both to call a shard the same."""
 
 from __future__ import annotations
 

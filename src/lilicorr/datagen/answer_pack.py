@@ -20,7 +20,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from lilicorr.data.atomic import atomic_write, atomic_write_text
-from lilicorr.training.regenerate import RegenConfig, file_sha, load_regenerated, row_layout, shard_tensors
+from lilicorr.datagen.regenerate import RegenConfig, file_sha, load_regenerated, row_layout, shard_tensors
 
 PACK_KEY = "lilicorr_answer_pack"  # the safetensors metadata entry holding the pack's JSON facts
 FORMAT = 1

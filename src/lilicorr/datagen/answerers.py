@@ -9,7 +9,7 @@ and the same EOS rule; they differ in speed and in numerics:
 - ``llamacpp``: ``llama-server`` with parallel slots on the target's GGUF (its quantized kernels:
   the source of the GGUF import, but its dot products differ from the dequantized fp32 weights);
 - ``vllm``: vLLM's offline ``LLM.generate`` on CPU, run in the compat venv (``make compat``
-  installs it) by ``training/vllm_worker.py``; vLLM on CPU refuses per-request seeds, so its T=1
+  installs it) by ``datagen/vllm_worker.py``; vLLM on CPU refuses per-request seeds, so its T=1
   rows are not reproducible row by row;
 - ``fixed``: no generation — the dataset's own reference answer (ShareGPT's assistant turn) as
   training text, tokenised after the same template.
@@ -149,7 +149,7 @@ class VllmAnswerer:
     def __init__(self, target_dir: str, dtype: str, concurrency: int, context: int, python: Path = VLLM_PYTHON):
         if not python.exists():
             raise FileNotFoundError(f"{python}: vLLM's venv is missing (run `make compat` once to build it)")
-        self.cmd = [str(python), "-m", "lilicorr.training.vllm_worker", "--model", target_dir, "--dtype", dtype]
+        self.cmd = [str(python), "-m", "lilicorr.datagen.vllm_worker", "--model", target_dir, "--dtype", dtype]
         # answers stream out per generate call of `chunk` jobs: 8 waves of the batch amortise each call's drain
         self.cmd += ["--max-num-seqs", str(concurrency), "--max-model-len", str(context)]
         self.cmd += ["--chunk", str(8 * concurrency)]

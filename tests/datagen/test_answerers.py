@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from lilicorr.training.answerers import Job, LlamaCppAnswerer, VllmAnswerer
+from lilicorr.datagen.answerers import Job, LlamaCppAnswerer, VllmAnswerer
 
 EOS = frozenset({2})
 

@@ -3,8 +3,8 @@ import json
 import pytest
 import torch
 
-from lilicorr.training.answer_pack import pack_answers, read_pack, unpack_answers
-from lilicorr.training.regenerate import RegenConfig, load_regenerated, regenerate
+from lilicorr.datagen.answer_pack import pack_answers, read_pack, unpack_answers
+from lilicorr.datagen.regenerate import RegenConfig, load_regenerated, regenerate
 
 
 @pytest.fixture

@@ -31,9 +31,9 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from lilicorr.data.atomic import atomic_write, atomic_write_text
-from lilicorr.training.feature_reuse import link_shard, reusable_shards
-from lilicorr.training.feature_rows import data_digest, row_lengths
-from lilicorr.training.shard_reader import ShardReader
+from lilicorr.features.reuse import link_shard, reusable_shards
+from lilicorr.features.rows import data_digest, row_lengths
+from lilicorr.features.shard_reader import ShardReader
 
 
 def supervised_length(loss_mask: torch.Tensor) -> int:
@@ -84,9 +84,9 @@ def extract_features(
     ``max_sequences`` only the shards covering the first N rows are made now (a trainer's
     ``--max-sequences N`` needs no more); the meta stays that of the whole file, so a later call extends it.
     ``reuse``: another cache whose shards holding exactly these rows are linked instead of recomputed
-    (``feature_reuse``)."""
+    (``features.reuse``)."""
+    from lilicorr.datagen.regenerate import load_regenerated
     from lilicorr.runtime.runtime import TargetRuntime
-    from lilicorr.training.regenerate import load_regenerated
 
     data = load_regenerated(data_path)
     tokens, mask = data["tokens"].long(), data["loss_mask"].bool()

@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from lilicorr.training.regenerate import RegenConfig, load_regenerated, regenerate
+from lilicorr.datagen.regenerate import RegenConfig, load_regenerated, regenerate
 
 
 def test_chat_rows_are_templated_padded_and_masked(tiny_target_dir, tmp_path):
@@ -78,7 +78,7 @@ def test_interrupted_run_resumes_from_its_shards_and_manifest(tiny_target_dir, t
     card = (tmp_path / "regen.DATA_CARD.md").read_text()
     assert "| status | complete" in card and "| answer tokens | " + str(int(full["loss_mask"].sum())) in card
     # a run cut after its first shard has a card that says how far it got
-    from lilicorr.training.data_card import data_card
+    from lilicorr.datagen.data_card import data_card
 
     partial = {**manifest, "shards": {"00000": manifest["shards"]["00000"]}}
     assert "**in progress**: 4 of 10 rows answered" in data_card(vars(cfg), partial, "cmd", 10)

@@ -8,8 +8,8 @@ import pytest
 
 from lilicorr.data.chat import ChatError, text_ids
 from lilicorr.data.prompt_sets import HUMANEVAL_INSTRUCTION
-from lilicorr.training.raw_text import raw_text, write_raw_prompts
-from lilicorr.training.regenerate import RegenConfig, load_regenerated, regenerate
+from lilicorr.datagen.raw_text import raw_text, write_raw_prompts
+from lilicorr.datagen.regenerate import RegenConfig, load_regenerated, regenerate
 
 BOS = "<|im_start|>"  # the tiny tokenizer has no <bos>: this special token plays Gemma's
 

@@ -6,7 +6,7 @@ import torch
 from safetensors.torch import save_file
 
 from lilicorr.cli.main import main
-from lilicorr.training.regenerate import load_regenerated
+from lilicorr.datagen.regenerate import load_regenerated
 
 
 def _data(n: int, length: int, first: int) -> dict[str, torch.Tensor]:

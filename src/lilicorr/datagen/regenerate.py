@@ -13,7 +13,7 @@ plain text (``raw_text``), after the tokenizer's ``<bos>`` where it adds one —
 ``max_prompt_tokens + new_tokens`` with ``loss_mask`` on the answer only, which a causal target and the
 anchor sampler both handle without an attention mask.
 
-Who answers is ``--engine`` (``training/answerers.py``: native, llamacpp, vllm, or fixed = the
+Who answers is ``--engine`` (``datagen/answerers.py``: native, llamacpp, vllm, or fixed = the
 dataset's own answers). Work is saved in shards of ``shard_size`` rows — shard i always holds rows
 i·S … (i+1)·S − 1 — with a manifest (``manifest.json``: per shard its rows, answer tokens, sha256,
 engine and wall time), so an interrupted run resumes where it stopped, on any engine, in a later
@@ -35,11 +35,11 @@ from tqdm import tqdm
 
 from lilicorr.data.atomic import atomic_write, atomic_write_text
 from lilicorr.data.corpus import read_split
+from lilicorr.datagen.answerers import ENGINES, Job, make_answerer, resolve_engine
+from lilicorr.datagen.data_card import data_card, write_data_card
+from lilicorr.datagen.raw_text import TEXT_FORMATS, raw_text, text_format
 from lilicorr.options import command_line, option
 from lilicorr.runtime.folder import folder_tokenizer_and_eos
-from lilicorr.training.answerers import ENGINES, Job, make_answerer, resolve_engine
-from lilicorr.training.data_card import data_card, write_data_card
-from lilicorr.training.raw_text import TEXT_FORMATS, raw_text, text_format
 
 SHARD_KEYS = ("tokens", "loss_mask", "sampled")
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from lilicorr.training.shard_reader import ShardReader
+from lilicorr.features.shard_reader import ShardReader
 
 
 def test_rows_equal_the_stored_tensors_for_every_feature_dtype(tmp_path):

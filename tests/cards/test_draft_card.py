@@ -1,0 +1,79 @@
+"""The drafter's card: bench arms spelled out, and the recorded training command — parsed back by the real CLI, and
+following a drafter moved with its backbone."""
+
+from pathlib import Path
+
+import pytest
+
+from lilicorr.training.draft_config import DraftTrainConfig
+from lilicorr.training.losses import HeadLossWeights
+
+
+def test_arm_labels_spell_out_the_variant_suffixes():
+    from lilicorr.cards.decoding_section import arm_label
+
+    assert arm_label("d", "d", "dflash") == "dflash"
+    assert arm_label("d:default", "d", "ddtree") == "default"
+    assert arm_label("d:ddtree+lookup@b16", "d", "ddtree") == "ddtree+lookup (tree budget 16)"
+    assert arm_label("d@n4", "d", "dflash") == "dflash (4 draft tokens)"
+    assert arm_label("d:tree+lookup@b16+gate", "d", "x") == "tree+lookup (tree budget 16, draft gate)"
+    assert arm_label("d:default@v8192", "d", "x") == "default (draft vocabulary 8192)"
+
+
+@pytest.mark.parametrize("mode", ["lilicorr", "head", "domino"])
+def test_card_command_round_trips_through_the_cli(mode):
+    """The command a card records, parsed by the real CLI, gives back the recorded config."""
+    import shlex
+    from dataclasses import asdict
+
+    from lilicorr.cards.draft import train_command
+    from lilicorr.cli.main import build_parser
+    from lilicorr.options import from_args
+
+    cfg = DraftTrainConfig(
+        target="t",
+        data="d.safetensors",
+        out="o",
+        mode=mode,
+        head_hidden_size=32,
+        steps=77,
+        lr=1.5e-3,
+        seed=3,
+        head_grad_to_backbone=0.25,
+        clip_per_module=True,
+        target_layer_ids=[0, 2],
+        conv_kernel_size=2,
+        conv_group_size=16,
+        features="feats/x",
+        freeze_backbone=mode == "domino",
+        init="base" if mode in ("head", "domino") else None,
+        mask_token="<empty_output>",
+        bf16=False,
+        head_weights=HeadLossWeights(distill=0.5),
+    )
+    command = train_command(asdict(cfg))
+    args = build_parser().parse_args(shlex.split(command)[1:])
+    assert from_args(DraftTrainConfig, args) == cfg
+    assert "--fp32" in command and "--w-distill 0.5" in command and "--target-layer-ids 0,2" in command
+
+
+def test_card_command_follows_a_backbone_moved_with_its_drafter():
+    """Drafters trained under a scratch root and moved into ``models/`` together: the recorded command names the
+    new folders, ``--init`` included when the backbone was under the same root; other paths stay as they were."""
+    from lilicorr.cards.draft import moved_config
+
+    head = {"out": "runs/v3/smollm2-dflash-head", "init": "runs/v3/smollm2-dflash", "data": "d"}
+    assert moved_config(head, Path("models/smollm2-dflash-head")) == {
+        "out": "models/smollm2-dflash-head",
+        "init": "models/smollm2-dflash",
+        "data": "d",
+    }
+    arm = {"out": "runs/v3/arms/smollm2-dspark", "init": "runs/v3/smollm2-dflash"}
+    assert moved_config(arm, Path("models/arms/smollm2-dspark"))["init"] == "models/smollm2-dflash"
+    elsewhere = {"out": "runs/v3/h", "init": "models/tiny-s-dflash"}
+    assert moved_config(elsewhere, Path("models/h"))["init"] == "models/tiny-s-dflash"
+    in_place = {"out": "models/h", "init": "runs/v3/smollm2-dflash"}
+    assert moved_config(in_place, Path("models/h"))["init"] == "runs/v3/smollm2-dflash"
+    renamed = {"out": "runs/v3/a", "init": "runs/v3/b"}  # no shared folder name: not a move, nothing inferred
+    assert moved_config(renamed, Path("models/c"))["init"] == "runs/v3/b"
+    assert moved_config({"out": "runs/v3/a", "init": None}, Path("models/a"))["init"] is None
