@@ -7,19 +7,17 @@
 source "$(dirname "$0")/env.sh"
 OUT=${OUT:-runs/bench-tiny-s-full}
 S=tiny-s
-DRAFTS=(models/$S-dflash models/$S-lilicorr models/$S-lilicorr-decoupled models/$S-dflash-head
+DRAFTS=(models/$S-dflash models/$S-lilicorr
   models/arms/$S-dflash2 models/arms/$S-dspark
-  models/arms/$S-domino models/$S-dflash-long models/$S-lilicorr-long models/$S-dflash-long-head ${EXTRA_DRAFTS:-})
+  models/arms/$S-domino models/$S-dflash-long models/$S-lilicorr-long ${EXTRA_DRAFTS:-})
 ARMS=(
   $S-dflash@n7 $S-lilicorr@n7 $S-lilicorr:top1@n7 $S-lilicorr:oracle@n7
-  $S-lilicorr-decoupled@n7 $S-lilicorr-decoupled:top1@n7 $S-lilicorr-decoupled:oracle@n7 $S-dflash-head@n7
   $S-dflash2:dflash2@n7 $S-dspark:dspark@n7 $S-domino:domino@n7
   $S-dflash-long@n7 $S-dflash-long:ddtree $S-dflash-long:prob@n7
   $S-lilicorr-long@n7 $S-lilicorr-long:top1@n7 $S-lilicorr-long:oracle@n7 $S-lilicorr-long:prob@n7
-  $S-dflash-long-head@n7 $S-dflash-long-head:top1@n7 $S-dflash-long-head:oracle@n7 $S-dflash-long-head:prob@n7
   $S-dflash-long@n3 $S-lilicorr-long@n3 ${EXTRA_ARMS:-}
 )
-SWEEP=(ar $S-dflash-long@n7 $S-dflash-long:ddtree $S-lilicorr-long@n7 $S-dflash-long-head@n7 $S-dspark:dspark@n7)
+SWEEP=(ar $S-dflash-long@n7 $S-dflash-long:ddtree $S-lilicorr-long@n7 $S-dspark:dspark@n7)
 $L bench --target models/$S "${DRAFTS[@]/#/--draft=}" --only "${ARMS[@]}" \
   --num-speculative-tokens 3 7 --num-prompts 24 --long-prompts 4 --max-new-tokens 128 --temperatures 0 1 \
   --threads 2 --sweep-arms "${SWEEP[@]}" --out "$OUT"

@@ -3,9 +3,9 @@
 # bench (scripts/bench_tiny_s.sh). The training command in each card is rebuilt from its recorded config.
 source "$(dirname "$0")/env.sh"
 OUT=${OUT:-runs/bench-tiny-s-full}
-for m in models/tiny-s-dflash models/tiny-s-lilicorr models/tiny-s-lilicorr-decoupled models/tiny-s-dflash-head models/arms/tiny-s-dflash2 \
+for m in models/tiny-s-dflash models/tiny-s-lilicorr models/arms/tiny-s-dflash2 \
   models/arms/tiny-s-dspark models/arms/tiny-s-domino models/tiny-s-dflash-long models/tiny-s-lilicorr-long \
-  models/tiny-s-dflash-long-head ${EXTRA_MODELS:-}; do
+  ${EXTRA_MODELS:-}; do
   data=$(python3 -c "import json,sys; print(json.load(open('$m/training_summary.json'))['config']['data'])")
   $L card draft "$m" --data-meta "$data.json" --bench "$OUT/results.json" \
     --bench-command "scripts/bench_tiny_s.sh"
