@@ -119,7 +119,7 @@ class SpecEngine:
             out = self.target.forward(state, ids, mask, want_taps=self.proposer.needs_draft, logits_at=keep)
         with self.timer.stage("other"):
             col = torch.searchsorted(keep, last)  # [batch] each row's last position among the kept logits
-            seqs = [SeqState(request=r) for r in requests]
+            seqs = [SeqState(request=r, recent=RowAcceptance(sampled=r.params.temperature > 0)) for r in requests]
             for i, s in enumerate(seqs):
                 tok = choose_token(out.logits[i, col[i]], s.request.params, s.request.generator)
                 s.request.commit([tok], self.decode, out.logits[i, col[i] : col[i] + 1])

@@ -14,10 +14,14 @@ acceptance, since every cost depends on k alone — the plan maximises the predi
 - ``cost``: the target's verify time for b rows × (W + 1) tokens, the curve measured when the policy starts
   (``CostModel``): at high load a wider verify costs about as much per token as a plain step, so drafts
   must return more than they add, and at batch 1 it is nearly flat, so every draft is almost free;
-- ``g(W)``: expected accepted drafts at width W over all requests, from the realised per-position (tree:
-  per-rank) rates (``AdaptiveWidth.curve``);
+- ``g(W)``: expected accepted drafts at width W, from the realised per-position (tree: per-rank) rates
+  (``AdaptiveWidth.curve``) of the request's *class*: greedy (T = 0) and sampled (T > 0) requests keep
+  separate curves, since a draft's acceptance differs several-fold between them and a mixed workload would
+  otherwise hand each the other's average. The curve's evidence decays (``memory`` per drafting step) and
+  fades while its class is paused (``fade``), so the Laplace prior (½ a position: optimistic) returns and
+  the class is tried again: a few unlucky drafts cannot pause a class for good;
 - ``ρ_i``: the request's recent acceptance relative to g — decayed sums of its accepted drafts and of g at
-  the widths it verified, starting at 1 (as good as the average); while it is paused the evidence fades
+  the widths it verified, starting at 1 (as good as its class); while it is paused the evidence fades
   back to 1, so a request that once drafted badly is tried again when the batch allows it;
 - ``extra``: the measured wall time of a step beyond its predicted verify cost (the drafter, the proposal,
   the bookkeeping), by rows (``Overheads``). Drafting must beat the plain step by ``margin``, since a
@@ -43,6 +47,7 @@ class RowAcceptance:
 
     accepted: float = 0.0  # decayed sum of accepted drafts
     expected: float = 0.0  # decayed sum of g(W) at the widths it verified
+    sampled: bool = False  # the request samples (T > 0): it reads and feeds the sampled class's curve
 
     def rho(self, prior: float) -> float:
         return (self.accepted + prior) / (self.expected + prior)
@@ -124,19 +129,26 @@ class LoadPolicy:
     prior: float = 1.0  # weight of ρ's prior, in expected accepted drafts
     decay: float = 0.7  # per drafting step: "recent" is the last few steps
     fade: float = 0.95  # per paused step: evidence fades back towards the prior
-    calib: AdaptiveWidth = field(init=False)
+    memory: float = 0.99  # per drafting step of a class: its curve weighs the last ~100 steps
+    calib: AdaptiveWidth = field(init=False)  # the greedy class's curve
+    calib_sampled: AdaptiveWidth = field(init=False)  # the sampled class's curve
     extra_draft: Overheads = field(default_factory=Overheads)
     extra_plain: Overheads = field(default_factory=Overheads)
     last: StepPlan | None = None
 
     def __post_init__(self) -> None:
         self.calib = AdaptiveWidth(self.n, self.cost, tree=self.tree)
+        self.calib_sampled = AdaptiveWidth(self.n, self.cost, tree=self.tree)
+
+    def curve_of(self, row: RowAcceptance) -> AdaptiveWidth:
+        return self.calib_sampled if row.sampled else self.calib
 
     def gains(self, rows: list[RowAcceptance]) -> torch.Tensor:
-        """``[b, n + 1]``: E_i(W) = min(ρ_i · g(W), W)."""
-        g = self.calib.curve()  # [n + 1]
+        """``[b, n + 1]``: E_i(W) = min(ρ_i · g_class(i)(W), W)."""
+        curves = {False: self.calib.curve(), True: self.calib_sampled.curve()}  # [n + 1] each
+        g = torch.stack([curves[r.sampled] for r in rows]) if rows else torch.zeros(0, self.n + 1)  # [b, n + 1]
         rho = torch.tensor([r.rho(self.prior) for r in rows], dtype=torch.float64)  # [b]
-        return torch.minimum(rho[:, None] * g[None], torch.arange(self.n + 1, dtype=torch.float64)[None])
+        return torch.minimum(rho[:, None] * g, torch.arange(self.n + 1, dtype=torch.float64)[None])
 
     def plan(self, rows: list[RowAcceptance]) -> StepPlan:
         b = len(rows)
@@ -148,22 +160,33 @@ class LoadPolicy:
         """After the step: ``paths`` the drafting rows' accepted verify positions (in ``plan.rows`` order),
         ``seconds`` the step's wall time."""
         b, w = plan.batch, plan.width
+        drafting = set(plan.rows)
+        paused = [r for i, r in enumerate(rows) if i not in drafting]
+        for r in paused:
+            r.accepted, r.expected = self.fade * r.accepted, self.fade * r.expected
+        for sampled in {r.sampled for r in paused} - {rows[i].sampled for i in drafting}:
+            _scale(self.calib_sampled if sampled else self.calib, self.fade)  # a paused class: back to the prior
         if not w:
             self.extra_plain.record(b, seconds - self.cost(b, 1))
-            for r in rows:
-                r.accepted, r.expected = self.fade * r.accepted, self.fade * r.expected
             return
         self.extra_draft.record(len(plan.rows), seconds - self.cost(b, w + 1))
-        g = float(self.calib.curve()[w])
-        drafting = set(plan.rows)
-        for i, r in enumerate(rows):
-            if i not in drafting:
-                r.accepted, r.expected = self.fade * r.accepted, self.fade * r.expected
+        g = {False: float(self.calib.curve()[w]), True: float(self.calib_sampled.curve()[w])}
+        by_class: dict[bool, list[list[int]]] = {}
         for i, path in zip(plan.rows, paths, strict=True):
             r = rows[i]
             r.accepted = self.decay * r.accepted + len(path) - 1
-            r.expected = self.decay * r.expected + g
-        self.calib.update(torch.ones(len(paths), self.n), paths, w)
+            r.expected = self.decay * r.expected + g[r.sampled]
+            by_class.setdefault(r.sampled, []).append(path)
+        for sampled, class_paths in by_class.items():
+            curve = self.calib_sampled if sampled else self.calib
+            _scale(curve, self.memory)
+            curve.update(torch.ones(len(class_paths), self.n), class_paths, w)
+
+
+def _scale(curve: AdaptiveWidth, factor: float) -> None:
+    """Weigh a curve's evidence down by ``factor`` (its prior keeps its weight)."""
+    for acc in (curve.reached, curve.predicted, curve.realised):
+        acc[:] = [factor * v for v in acc]
 
 
 def widen(proposal: Proposal, rows: list[int], pending: torch.Tensor) -> Proposal:
