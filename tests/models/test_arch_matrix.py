@@ -200,6 +200,24 @@ def test_eager_attention_gets_float_masks(family, tokenizer_dir, tmp_path):
         assert _decode(target, draft if method else None, method, prompts, batch) == reference, (method, batch)
 
 
+@pytest.mark.parametrize("family", _params(["gemma3", "llama"]))
+def test_drafter_embeds_through_the_unscaled_table_as_vllm_does(family, tokenizer_dir, tmp_path):
+    """vLLM's DFlash and LiLiCorr drafters embed tokens through the target's ``embed_tokens`` table, and vLLM
+    applies Gemma's √hidden normalizer outside it; transformers' Gemma module applies it inside. The drafter
+    here must see what it sees in vLLM: the table itself (for Gemma, the module's output / √hidden)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = make_target(family, tokenizer_dir, tmp_path / family)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    target = TargetRuntime(model, AutoTokenizer.from_pretrained(path))
+    ids = torch.tensor([[1, 5, 9]])
+    table = model.get_input_embeddings().weight
+    torch.testing.assert_close(target.embed_tokens(ids), table[ids])
+    assert target.embed_tokens.weight.data_ptr() == table.data_ptr()  # shared on the CPU, not copied
+    scale = model.config.hidden_size**0.5 if family == "gemma3" else 1.0
+    torch.testing.assert_close(model.get_input_embeddings()(ids), table[ids] * scale, rtol=1e-3, atol=1e-6)
+
+
 @pytest.mark.parametrize("family", _params(["mistral", "gemma3"]))
 def test_sliding_window_masks_are_what_keeps_it_lossless(family, tokenizer_dir, tmp_path, monkeypatch):
     """Mutation check: with the runtime's window masks replaced by full ones, decoding past the window

@@ -12,7 +12,6 @@ DFlash convention for taps: layer id ``i`` is the *output* of decoder layer ``i`
 
 from __future__ import annotations
 
-import copy
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,14 +116,16 @@ class TargetRuntime:
     # -- pieces a drafter shares with the target ------------------------------------------------
     @property
     def embed_tokens(self) -> nn.Embedding:
-        """The target's token embedding, on the CPU where the drafter runs (a host copy off-CPU). The module
-        itself, not its table: Gemma's embedding module multiplies by √hidden, and the drafter must see the
-        inputs the target's first layer sees."""
+        """The target's embedding *table* as a plain lookup, on the CPU where the drafter runs (the table is
+        shared on the CPU, copied to the host otherwise). Unscaled on purpose: vLLM's DFlash and LiLiCorr
+        drafters embed block tokens and lattice candidates through the target's ``embed_tokens`` table, and
+        vLLM applies Gemma's √hidden normalizer outside it (transformers applies it inside the module), so a
+        drafter fed the module's output here would see ≈ 25× larger inputs than in vLLM. For targets without
+        an embedding scale the two are the same (docs/guide/targets.md)."""
         self.require_drafter_support()
-        if self.device.type == "cpu":
-            return self.model.get_input_embeddings()
         if "embed" not in self._host:
-            self._host["embed"] = copy.deepcopy(self.model.get_input_embeddings()).cpu().requires_grad_(False)
+            table = self.model.get_input_embeddings().weight.detach()  # [V, H]
+            self._host["embed"] = nn.Embedding.from_pretrained(table.cpu(), freeze=True)
         return self._host["embed"]
 
     @property
