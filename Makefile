@@ -116,7 +116,9 @@ llamacpp: $(LLAMA_STAMP)
 
 # llama.cpp check (CI runs it after compat): the shipped drafters as GGUF in llama-server, text identical to
 # llama-server without a draft on 8 MT-Bench prompts, acceptance printed; the LiLiCorr head's scores and walk
-# against ours on the lattices llama-server drafted; malformed LiLiCorr files refused by name.
+# against ours on the lattices llama-server drafted; malformed LiLiCorr files refused by name; where a drafter
+# changes llama-server's greedy text, the proof that it is a near-tie the verify batch's numerics break
+# (tests/llamacpp/test_near_tie.py, replaying the target through the build's own libllama).
 llamacpp-check: llamacpp target
 	$(BIN)/python -m pytest -o addopts="" -q -s tests/llamacpp
 
