@@ -1,0 +1,30 @@
+"""``lilicorr bench serve``'s runner on the shipped tiny stack: every server up for the whole run, each level
+running the arms in turn with the order reversed from one level to the next (so a drift in the machine's speed
+reaches every arm alike), the same prompts at every level, and the counters read per level."""
+
+from pathlib import Path
+
+import pytest
+
+from lilicorr.bench.serve import ServeArm, ServeBenchConfig, run_serve_bench
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGET, DRAFT = ROOT / "models/tiny-s", ROOT / "models/tiny-s-dflash"
+
+
+def test_levels_interleave_arms_in_alternating_order(tmp_path, capsys):
+    if not (DRAFT / "config.json").exists():
+        pytest.fail(f"{DRAFT} missing: the tiny stack travels in git")
+    arms = [ServeArm("plain"), ServeArm("drafter", {"model": str(DRAFT)})]
+    cfg = ServeBenchConfig(str(TARGET), arms, concurrencies=[1, 2, 3], requests_per_level=3, max_tokens=8)
+    results = run_serve_bench(cfg, tmp_path)
+    order = [line.split(" c=")[0] for line in capsys.readouterr().out.splitlines() if " c=" in line]
+    assert order == ["plain", "drafter", "drafter", "plain", "plain", "drafter"]
+    assert len(results["config"]["prompts"]) == 3  # one pool for every level
+    for name in ("plain", "drafter"):
+        levels = results["arms"][name]
+        assert [lv["concurrency"] for lv in levels] == [1, 2, 3]
+        assert all(lv["errors"] == 0 and lv["output_tokens"] > 0 and lv["rss_mib"] for lv in levels)
+        assert [lv["requests"] for lv in levels] == [3, 4, 6]  # at least 2 × concurrency
+    assert all(lv["tau"] is None for lv in results["arms"]["plain"])
+    assert (tmp_path / "serve.json").exists()
