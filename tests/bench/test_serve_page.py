@@ -21,3 +21,6 @@ def test_the_serving_page_has_every_metric_and_one_figure(tmp_path):
     assert "| spec | 9.5 | 9.5 |" in text and "| arm | c=1 | c=4 |" in text
     assert "Errors over all arms and levels: 2." in text and "`lilicorr bench serve --x`" in text
     assert [p.name for p in tmp_path.glob("*.png")] == ["serving.png"]
+    assert "## Notes" not in text
+    (tmp_path / "serving-notes.md").write_text("- read by hand\n")
+    assert write_serve_page(results, tmp_path / "serving.md", "x").read_text().endswith("## Notes\n\n- read by hand\n")

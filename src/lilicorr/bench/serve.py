@@ -257,7 +257,8 @@ def run_serve_bench(cfg: ServeBenchConfig, out: Path) -> dict:
 
 
 def write_serve_page(results: dict, page: Path, command: str) -> Path:
-    """The results page: a table per metric (arms × concurrency) and a plot per metric beside it."""
+    """The results page: a table per metric (arms × concurrency), a plot per metric beside it, and the notes
+    companion (``PAGE-notes.md``, written by hand) appended when it exists."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -303,5 +304,8 @@ def write_serve_page(results: dict, page: Path, command: str) -> Path:
     lines += [f"![serving metrics over concurrency]({png.name})", ""]
     errors = sum(lv["errors"] for lvs in arms.values() for lv in lvs)
     lines.append(f"Errors over all arms and levels: {errors}.")
+    notes = page.with_name(f"{page.stem}-notes.md")  # the reading of the figures, kept by hand beside the page
+    if notes.exists():
+        lines += ["", "## Notes", "", notes.read_text().strip()]
     page.write_text("\n".join(lines) + "\n")
     return page
