@@ -2,6 +2,8 @@
 running the arms in turn with the order reversed from one level to the next (so a drift in the machine's speed
 reaches every arm alike), the same prompts at every level, and the counters read per level."""
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,3 +30,19 @@ def test_levels_interleave_arms_in_alternating_order(tmp_path, capsys):
         assert [lv["requests"] for lv in levels] == [3, 4, 6]  # at least 2 × concurrency
     assert all(lv["tau"] is None for lv in results["arms"]["plain"])
     assert (tmp_path / "serve.json").exists()
+
+
+def test_servers_do_not_inherit_the_bench_s_own_openmp_spin(monkeypatch):
+    """``lilicorr bench`` may spin OpenMP for itself (cli/openmp.py); the servers it measures must run as
+    ``lilicorr serve`` does by default. A spin the user set (unmarked) is passed on."""
+    from lilicorr.bench.serve import server_env
+    from lilicorr.cli.openmp import CHOSEN_MARK, openmp_spin
+
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.setenv("LILICORR_OMP_SPIN", "10000")
+    monkeypatch.delitem(sys.modules, "torch")  # openmp_spin acts only before torch loads
+    assert openmp_spin("bench") == "10000" and CHOSEN_MARK in os.environ
+    env = server_env()
+    assert "GOMP_SPINCOUNT" not in env and CHOSEN_MARK not in env
+    monkeypatch.delenv(CHOSEN_MARK)
+    assert server_env()["GOMP_SPINCOUNT"] == "10000"  # the user's own setting

@@ -163,6 +163,17 @@ def _rss_mib(pid: int) -> float | None:
     return None
 
 
+def server_env() -> dict[str, str]:
+    """The environment a server gets: this process's, less the OpenMP spin that ``lilicorr bench`` chose for
+    itself (``cli/openmp.py`` marks it). A server spins only when its user asks (``LILICORR_OMP_SPIN``); one that
+    inherited the bench's spin ran plain steps ~1.3× faster and drafting steps slower than ``lilicorr serve``
+    started by hand — measuring another server than the one users run."""
+    env = dict(os.environ)
+    if env.pop("LILICORR_GOMP_SPINCOUNT_CHOSEN", None) is not None:
+        env.pop("GOMP_SPINCOUNT", None)
+    return env
+
+
 class _OurServer:
     """``lilicorr serve`` in a subprocess (``fixed`` arms: ``lilicorr.serve.run`` without the load policy)."""
 
@@ -181,7 +192,7 @@ class _OurServer:
 
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("w") as out:
-            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
+            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT, env=server_env())
         deadline = time.time() + 600
         while time.time() < deadline:
             if self.proc.poll() is not None:

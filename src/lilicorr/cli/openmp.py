@@ -20,6 +20,7 @@ from pathlib import Path
 DECODING_COMMANDS = frozenset({"generate", "serve", "bench"})
 AUTO_SPIN_COMMANDS = frozenset({"generate", "bench"})
 IDLE_SPIN_COUNT = 10000
+CHOSEN_MARK = "LILICORR_GOMP_SPINCOUNT_CHOSEN"  # set beside a GOMP_SPINCOUNT that openmp_spin chose
 
 
 def competing_cores(window_s: float = 0.1) -> float | None:
@@ -64,4 +65,5 @@ def openmp_spin(command: str) -> str | None:
     else:
         raise SystemExit(f"LILICORR_OMP_SPIN: expected 'auto' or a spin count (a whole number), got {choice!r}")
     os.environ["GOMP_SPINCOUNT"] = str(count)
+    os.environ[CHOSEN_MARK] = "1"  # chosen here, not by the user: child servers must not inherit it (bench serve)
     return str(count)
