@@ -33,16 +33,19 @@ def test_levels_interleave_arms_in_alternating_order(tmp_path, capsys):
 
 
 def test_servers_do_not_inherit_the_bench_s_own_openmp_spin(monkeypatch):
-    """``lilicorr bench`` may spin OpenMP for itself (cli/openmp.py); the servers it measures must run as
-    ``lilicorr serve`` does by default. A spin the user set (unmarked) is passed on."""
-    from lilicorr.bench.serve import server_env
+    """``lilicorr bench`` may spin OpenMP for itself (cli/openmp.py); a server it starts (a child ``lilicorr serve``
+    with the bench's environment) must run as ``lilicorr serve`` does by default. A spin the user set is kept."""
+    from lilicorr.cli import openmp
     from lilicorr.cli.openmp import CHOSEN_MARK, openmp_spin
 
-    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
-    monkeypatch.setenv("LILICORR_OMP_SPIN", "10000")
+    bench = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "LILICORR_OMP_SPIN", CHOSEN_MARK)}
+    monkeypatch.setattr(os, "environ", bench)  # this process's real environment stays untouched
+    monkeypatch.setattr(openmp, "competing_cores", lambda: 0.0)  # an idle machine: bench spins
     monkeypatch.delitem(sys.modules, "torch")  # openmp_spin acts only before torch loads
     assert openmp_spin("bench") == "10000" and CHOSEN_MARK in os.environ
-    env = server_env()
-    assert "GOMP_SPINCOUNT" not in env and CHOSEN_MARK not in env
-    monkeypatch.delenv(CHOSEN_MARK)
-    assert server_env()["GOMP_SPINCOUNT"] == "10000"  # the user's own setting
+    env = dict(bench)  # what _OurServer hands the server
+    monkeypatch.setattr(os, "environ", env)
+    assert openmp_spin("serve") == "0"  # the server decides its own: no spin unless asked
+    env.pop(CHOSEN_MARK)
+    env["GOMP_SPINCOUNT"] = "10000"  # the user's own setting
+    assert openmp_spin("serve") == "10000"

@@ -163,17 +163,6 @@ def _rss_mib(pid: int) -> float | None:
     return None
 
 
-def server_env() -> dict[str, str]:
-    """The environment a server gets: this process's, less the OpenMP spin that ``lilicorr bench`` chose for
-    itself (``cli/openmp.py`` marks it). A server spins only when its user asks (``LILICORR_OMP_SPIN``); one that
-    inherited the bench's spin ran plain steps ~1.3× faster and drafting steps slower than ``lilicorr serve``
-    started by hand — measuring another server than the one users run."""
-    env = dict(os.environ)
-    if env.pop("LILICORR_GOMP_SPINCOUNT_CHOSEN", None) is not None:
-        env.pop("GOMP_SPINCOUNT", None)
-    return env
-
-
 class _OurServer:
     """``lilicorr serve`` in a subprocess (``fixed`` arms: ``lilicorr.serve.run`` without the load policy)."""
 
@@ -192,7 +181,7 @@ class _OurServer:
 
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("w") as out:
-            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT, env=server_env())
+            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
         deadline = time.time() + 600
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -246,9 +235,10 @@ def run_serve_bench(cfg: ServeBenchConfig, out: Path) -> dict:
     """Every arm at every concurrency; writes ``serve.json`` after each level (a partial run keeps what it has).
 
     Every server is started first and stays up (an idle one sleeps); each level then runs the arms one after
-    the other, the order reversed from one level to the next. Measured arm after arm instead, minutes apart,
-    this machine's speed drifted by a quarter between arms — more than the differences being measured. Every
-    level draws on the same ``requests_per_level`` prompts, in turn, so levels differ in load, not in prompts."""
+    the other, the order reversed from one level to the next, so whatever else changes on the machine during a
+    run reaches every arm alike. Every level draws on the same ``requests_per_level`` prompts, in turn, so levels
+    differ in load, not in prompts. A server decides its own OpenMP spin (``cli/openmp.py``), as ``lilicorr
+    serve`` started by hand does, not the one this bench chose for itself."""
     out.mkdir(parents=True, exist_ok=True)
     prompts = serve_prompts(cfg.requests_per_level)
     results = {"config": {**asdict(cfg), "prompts": [p["id"] for p in prompts]}, "arms": {}}

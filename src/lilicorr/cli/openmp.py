@@ -49,9 +49,12 @@ def openmp_spin(command: str) -> str | None:
 
     ``LILICORR_OMP_SPIN``: ``auto`` (default: for ``AUTO_SPIN_COMMANDS``, ``IDLE_SPIN_COUNT`` when
     normal-priority work keeps less than half a core busy, else 0 — PASSIVE as before; 0 for ``serve``) or a
-    spin count. A ``GOMP_SPINCOUNT`` the user set is kept; once torch is imported the runtime has read its
-    environment, so nothing is changed then.
+    spin count. A ``GOMP_SPINCOUNT`` the user set is kept; one a parent lilicorr command chose for itself (marked
+    ``CHOSEN_MARK``: e.g. ``lilicorr bench serve`` starting its servers) is not the user's, so this command decides
+    its own. Once torch is imported the runtime has read its environment, so nothing is changed then.
     """
+    if "torch" not in sys.modules and os.environ.pop(CHOSEN_MARK, None) is not None:
+        os.environ.pop("GOMP_SPINCOUNT", None)  # the parent's choice, for the parent's command
     if "GOMP_SPINCOUNT" in os.environ or "torch" in sys.modules or command not in DECODING_COMMANDS:
         return os.environ.get("GOMP_SPINCOUNT")
     choice = os.environ.get("LILICORR_OMP_SPIN", "auto")
@@ -65,5 +68,5 @@ def openmp_spin(command: str) -> str | None:
     else:
         raise SystemExit(f"LILICORR_OMP_SPIN: expected 'auto' or a spin count (a whole number), got {choice!r}")
     os.environ["GOMP_SPINCOUNT"] = str(count)
-    os.environ[CHOSEN_MARK] = "1"  # chosen here, not by the user: child servers must not inherit it (bench serve)
+    os.environ[CHOSEN_MARK] = "1"  # chosen here, not by the user: a child lilicorr command decides its own
     return str(count)

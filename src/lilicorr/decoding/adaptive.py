@@ -154,6 +154,11 @@ class AdaptiveWidth:
             for j, v in enumerate(add.sum(0).tolist()):
                 acc[j] += float(v)
 
+    def scale(self, factor: float) -> None:
+        """Weigh the evidence down by ``factor`` (the Laplace prior keeps its weight): recent steps count more."""
+        for acc in (self.reached, self.predicted, self.realised):
+            acc[:] = [factor * v for v in acc]
+
     def calibration(self) -> list[dict]:
         """Per position (tree: rank): steps that reached it, the mean confidence there, realised acceptance."""
         return [

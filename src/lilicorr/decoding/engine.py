@@ -163,8 +163,8 @@ class SpecEngine:
     def _set_anchors(self, anchors: torch.Tensor | None) -> None:
         """Refresh the running rows' anchors after deferred taps were fused (``anchors`` ``[batch, Hm]``)."""
         if anchors is not None:
-            for i, s in enumerate(self.seqs[: len(anchors)]):
-                s.anchor = anchors[i]
+            for s, anchor in zip(self.seqs, anchors, strict=True):
+                s.anchor = anchor
 
     # -- one cycle -------------------------------------------------------------------------------
     @torch.no_grad()

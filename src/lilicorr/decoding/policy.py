@@ -140,12 +140,13 @@ class LoadPolicy:
         self.calib = AdaptiveWidth(self.n, self.cost, tree=self.tree)
         self.calib_sampled = AdaptiveWidth(self.n, self.cost, tree=self.tree)
 
-    def curve_of(self, row: RowAcceptance) -> AdaptiveWidth:
-        return self.calib_sampled if row.sampled else self.calib
+    def curve_of(self, sampled: bool) -> AdaptiveWidth:
+        """The curve of a class of requests: greedy (``calib``) or sampled (``calib_sampled``)."""
+        return self.calib_sampled if sampled else self.calib
 
     def gains(self, rows: list[RowAcceptance]) -> torch.Tensor:
         """``[b, n + 1]``: E_i(W) = min(ρ_i · g_class(i)(W), W)."""
-        curves = {False: self.calib.curve(), True: self.calib_sampled.curve()}  # [n + 1] each
+        curves = {c: self.curve_of(c).curve() for c in (False, True)}  # [n + 1] each
         g = torch.stack([curves[r.sampled] for r in rows]) if rows else torch.zeros(0, self.n + 1)  # [b, n + 1]
         rho = torch.tensor([r.rho(self.prior) for r in rows], dtype=torch.float64)  # [b]
         return torch.minimum(rho[:, None] * g, torch.arange(self.n + 1, dtype=torch.float64)[None])
@@ -165,12 +166,12 @@ class LoadPolicy:
         for r in paused:
             r.accepted, r.expected = self.fade * r.accepted, self.fade * r.expected
         for sampled in {r.sampled for r in paused} - {rows[i].sampled for i in drafting}:
-            _scale(self.calib_sampled if sampled else self.calib, self.fade)  # a paused class: back to the prior
+            self.curve_of(sampled).scale(self.fade)  # a paused class: back towards the prior
         if not w:
             self.extra_plain.record(b, seconds - self.cost(b, 1))
             return
         self.extra_draft.record(len(plan.rows), seconds - self.cost(b, w + 1))
-        g = {False: float(self.calib.curve()[w]), True: float(self.calib_sampled.curve()[w])}
+        g = {c: float(self.curve_of(c).curve()[w]) for c in (False, True)}
         by_class: dict[bool, list[list[int]]] = {}
         for i, path in zip(plan.rows, paths, strict=True):
             r = rows[i]
@@ -178,15 +179,9 @@ class LoadPolicy:
             r.expected = self.decay * r.expected + g[r.sampled]
             by_class.setdefault(r.sampled, []).append(path)
         for sampled, class_paths in by_class.items():
-            curve = self.calib_sampled if sampled else self.calib
-            _scale(curve, self.memory)
+            curve = self.curve_of(sampled)
+            curve.scale(self.memory)
             curve.update(torch.ones(len(class_paths), self.n), class_paths, w)
-
-
-def _scale(curve: AdaptiveWidth, factor: float) -> None:
-    """Weigh a curve's evidence down by ``factor`` (its prior keeps its weight)."""
-    for acc in (curve.reached, curve.predicted, curve.realised):
-        acc[:] = [factor * v for v in acc]
 
 
 def widen(proposal: Proposal, rows: list[int], pending: torch.Tensor) -> Proposal:
