@@ -72,6 +72,24 @@ def test_a_campaign_file_is_checked_key_by_key(tmp_path):
         load_campaign(tmp_path / "missing.toml")
 
 
+def test_precision_follows_the_machine_unless_the_plan_names_it(tmp_path, monkeypatch):
+    """A campaign outlives machines: bf16 autocast where bf16 is native, fp32 on an AVX2-only CPU (≈ 5× faster
+    there); a plan's own ``bf16`` wins; and the precision may change when a run resumes on another machine."""
+    from lilicorr.training import campaign
+    from lilicorr.training.run import RESUMABLE_CHANGES
+
+    plan = _write(tmp_path, "t", "d")
+    plan.write_text(plan.read_text().replace("bf16 = false\n", ""))
+    camp = load_campaign(plan)
+    for native in (True, False):
+        monkeypatch.setattr(campaign, "cpu_has_fast_bf16", lambda native=native: native)
+        assert campaign.arm_config(camp, camp.arms[0], 2, None).bf16 is native
+    pinned = load_campaign(_write(tmp_path, "t", "d", name="pinned"))  # bf16 = false in the plan
+    monkeypatch.setattr(campaign, "cpu_has_fast_bf16", lambda: True)
+    assert campaign.arm_config(pinned, pinned.arms[0], 2, None).bf16 is False
+    assert "bf16" in RESUMABLE_CHANGES
+
+
 def test_wsd_holds_the_lr_then_decays_it_linearly():
     cfg = DraftTrainConfig(target="t", data="d", out="o", mode="dflash", steps=100, lr=1.0, warmup_ratio=0.1,
                            lr_schedule="wsd", decay_ratio=0.2)  # fmt: skip

@@ -66,6 +66,7 @@ def _features(args: argparse.Namespace) -> int:
             device=resolve_device(args.device),
             max_sequences=args.max_sequences,
             reuse=args.reuse,
+            compute_dtype=args.compute_dtype,
         )
     except (OSError, ValueError) as e:  # a full disk ahead, a cache made for other data: named, nothing written
         print(f"error: {e}", file=sys.stderr)
@@ -236,6 +237,12 @@ def register(sub) -> None:
         default=None,
         help="another feature cache: its shards holding exactly these rows (a merge's first part) are hard-linked",
     )
-    # float8_e4m3fn: the target computes in bf16 and the cache stores 1 byte a value with per-channel scales
+    # the storage dtype; float8_e4m3fn stores 1 byte a value with per-channel scales
     add_runtime_args(s, dtype="bfloat16", dtypes=("float32", "bfloat16", "float8_e4m3fn"))
+    s.add_argument(
+        "--compute-dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16"),
+        help="what the target runs in (auto: bf16 where this CPU multiplies it natively, else fp32; stored as --dtype)",
+    )
     s.set_defaults(func=_features)

@@ -34,6 +34,7 @@ from lilicorr.data.atomic import atomic_write, atomic_write_text
 from lilicorr.features.reuse import link_shard, reusable_shards
 from lilicorr.features.rows import data_digest, row_lengths
 from lilicorr.features.shard_reader import ShardReader
+from lilicorr.runtime.dtype import resolve_dtype
 
 
 def supervised_length(loss_mask: torch.Tensor) -> int:
@@ -79,12 +80,17 @@ def extract_features(
     device: str = "cpu",
     max_sequences: int = 0,
     reuse: str | None = None,
+    compute_dtype: str = "auto",
 ) -> dict:
     """Cache the target's taps for ``data_path`` in ``out_dir``, shard by shard (resumable). With
     ``max_sequences`` only the shards covering the first N rows are made now (a trainer's
     ``--max-sequences N`` needs no more); the meta stays that of the whole file, so a later call extends it.
     ``reuse``: another cache whose shards holding exactly these rows are linked instead of recomputed
-    (``features.reuse``)."""
+    (``features.reuse``). ``dtype`` is how the cache stores values; ``compute_dtype`` what the target runs in:
+    ``auto`` is bf16 only where this machine multiplies it natively (``runtime.dtype``) — on an AVX2-only CPU bf16
+    matmuls are ≈ 5× slower than fp32, so a bf16 cache is computed in fp32 there and rounded once when stored.
+    The compute dtype is not part of the cache's identity (shards of one cache may come from two machines); each
+    shard's is logged in ``extraction.json``."""
     from lilicorr.datagen.regenerate import load_regenerated
     from lilicorr.runtime.runtime import TargetRuntime
 
@@ -92,8 +98,8 @@ def extract_features(
     tokens, mask = data["tokens"].long(), data["loss_mask"].bool()
     length = supervised_length(mask)
     tokens = tokens[:, :length]
-    compute = "bfloat16" if dtype == FP8 else dtype
-    target = TargetRuntime.load(target_dir, dtype=getattr(torch, compute))
+    compute = resolve_dtype(compute_dtype)
+    target = TargetRuntime.load(target_dir, dtype=compute)
     target.set_layer_ids(tuple(layer_ids))
     model = target.model.to(device)
     out = Path(out_dir)
@@ -148,15 +154,23 @@ def extract_features(
         rows = tokens[si * shard_size : (si + 1) * shard_size]
         lens = row_lengths(mask[si * shard_size : (si + 1) * shard_size]) if packed else None
         taps, final = [], []
-        for i in range(0, len(rows), batch_size):
-            cols = int(lens[i : i + batch_size].max()) if packed else rows.shape[1]  # causal: later columns unused
-            t, f = target_features(model, rows[i : i + batch_size, :cols].to(device), layer_ids)
-            t, f = (x.to("cpu", store_dtype if dtype != FP8 else torch.bfloat16) for x in (t, f))
-            if packed:  # [Σ len, ·]: row r's first lens[r] columns
-                t = torch.cat([t[r, : lens[i + r]] for r in range(len(t))])
-                f = torch.cat([f[r, : lens[i + r]] for r in range(len(f))])
-            taps.append(t)
-            final.append(f)
+        if packed:  # rows of like length batched together (less padding); stored back in row order
+            order = lens.argsort(stable=True)
+            per_row: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+            for i in range(0, len(rows), batch_size):
+                idx = order[i : i + batch_size]
+                cols = int(lens[idx].max())  # causal: later columns unused
+                t, f = target_features(model, rows[idx, :cols].to(device), layer_ids)  # [b, cols, F·H], [b, cols, H]
+                t, f = (x.to("cpu", store_dtype if dtype != FP8 else torch.bfloat16) for x in (t, f))
+                for j, r in enumerate(idx.tolist()):
+                    per_row[r] = (t[j, : lens[r]], f[j, : lens[r]])
+            taps = [per_row[r][0] for r in range(len(rows))]  # [Σ len, F·H] once concatenated
+            final = [per_row[r][1] for r in range(len(rows))]
+        else:
+            for i in range(0, len(rows), batch_size):
+                t, f = target_features(model, rows[i : i + batch_size].to(device), layer_ids)
+                taps.append(t.to("cpu", store_dtype if dtype != FP8 else torch.bfloat16))
+                final.append(f.to("cpu", store_dtype if dtype != FP8 else torch.bfloat16))
         tensors = {"taps": torch.cat(taps).contiguous(), "final": torch.cat(final).contiguous()}
         if dtype == FP8:  # [Σ len, C] fp8 and [C] fp32 scales, per shard
             for name in ("taps", "final"):
@@ -165,7 +179,8 @@ def extract_features(
             tensors["offsets"] = torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)])  # [rows + 1]
         atomic_write(path, lambda p, t=tensors: save_file(t, str(p)))
         stored = int(lens.sum()) if packed else int(rows.numel())
-        log[path.name] = {"positions": stored, "seconds": round(time.time() - t0, 2), "bytes": path.stat().st_size}
+        log[path.name] = {"positions": stored, "seconds": round(time.time() - t0, 2), "bytes": path.stat().st_size,
+                          "compute": str(compute).removeprefix("torch.")}  # fmt: skip
         atomic_write_text(out / "extraction.json", json.dumps(log, indent=1) + "\n")
         t0 = time.time()
     return {**meta, **extraction_report(out)}

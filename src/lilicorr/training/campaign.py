@@ -22,12 +22,14 @@ from pathlib import Path
 
 import torch
 
+from lilicorr.runtime.dtype import cpu_has_fast_bf16
 from lilicorr.training.draft_config import DraftTrainConfig
 from lilicorr.training.losses import HeadLossWeights
 
 # keys of an ``[arms.NAME]`` table that belong to the campaign, not to ``train draft``
 ARM_KEYS = ("warm_start", "promote_to", "engine_methods")
-TOP_KEYS = ("name", "run_dir", "steps", "segment_steps", "threads", "train", "arms", "engine")
+TOP_KEYS = ("name", "run_dir", "steps", "segment_steps", "threads", "train", "arms", "engine", "data")
+DATA_KEYS = ("packs",)  # [data]: answer packs that rebuild the data files on a fresh disk (campaign_data.py)
 ENGINE_KEYS = ("prompts", "num_prompts", "max_new_tokens", "every", "dtype")
 # set by the campaign for every segment: a config file that sets them would be silently overridden
 MANAGED = ("steps", "stop_at", "run_dir", "out", "init", "threads")
@@ -65,6 +67,7 @@ class Campaign:
     train: dict
     arms: list[Arm]
     engine: EngineSample | None
+    packs: list[str] = field(default_factory=list)  # answer packs rebuilding the data files (``[data] packs``)
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -132,8 +135,14 @@ def load_campaign(path: str | Path) -> Campaign:
     if "engine" in raw:
         _unknown(f"{path} [engine]", raw["engine"], ENGINE_KEYS)
         engine = EngineSample(**raw["engine"])
+    data = raw.get("data", {})
+    _unknown(f"{path} [data]", data, DATA_KEYS)
+    packs = [str(p) for p in data.get("packs", [])]
+    for pack in packs:
+        if not Path(pack).is_file():
+            raise FileNotFoundError(f"{path} [data] packs: {pack} not found")
     camp = Campaign(
-        path, raw["name"], Path(raw["run_dir"]), steps, seg, int(raw.get("threads", 0)), train, arms, engine
+        path, raw["name"], Path(raw["run_dir"]), steps, seg, int(raw.get("threads", 0)), train, arms, engine, packs
     )
     for arm in arms:  # every arm's options must make a valid run now, not at its first segment hours later
         arm_config(camp, arm, stop_at=min(seg, steps), warm=arm.warm_start).validate()
@@ -147,6 +156,9 @@ def arm_config(camp: Campaign, arm: Arm, stop_at: int, warm: str | None) -> Draf
     opts = {**camp.train, **arm.options}
     weights = {k: opts.pop(k) for k in list(opts) if k in HEAD_WEIGHT_FIELDS}
     opts.setdefault("val_every", camp.segment_steps)
+    # bf16 autocast only where this machine multiplies bf16 natively (or CUDA), unless the plan says: a campaign
+    # outlives machines, and on an AVX2-only CPU a bf16 step is several times slower than an fp32 one
+    opts.setdefault("bf16", torch.cuda.is_available() or cpu_has_fast_bf16())
     return DraftTrainConfig(
         **opts,
         head_weights=HeadLossWeights(**weights),

@@ -19,9 +19,10 @@ from tqdm import tqdm
 from lilicorr.data.atomic import atomic_write
 
 # Options that may change between a run and its resumption: where things are written, how often it checkpoints or
-# validates, the threads and the device, and the length (a cut run resumed with more steps or minutes, or a campaign's
-# segment resumed with a later ``stop_at``). Everything
-# else changes what is trained and must match.
+# validates, the threads, the device and its precision (bf16 autocast or fp32: a campaign moves between machines
+# with and without native bf16; master weights and optimiser state are fp32 either way), and the length (a cut run
+# resumed with more steps or minutes, or a campaign's segment resumed with a later ``stop_at``). Everything else
+# changes what is trained and must match.
 RESUMABLE_CHANGES = frozenset(
     {
         "out",
@@ -30,6 +31,7 @@ RESUMABLE_CHANGES = frozenset(
         "val_every",
         "threads",
         "device",
+        "bf16",
         "features",
         "val_features",
         "steps",

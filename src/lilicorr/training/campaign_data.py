@@ -1,0 +1,68 @@
+"""What a campaign trains on, rebuilt on a fresh disk before its first segment.
+
+A campaign's state survives a cut (its checkpoints), but a machine that lost its disk has lost the data files and
+the feature caches too, and those take longer to rebuild by hand than to describe. The plan names them: the
+``[data]`` table lists answer packs (``lilicorr data pack``: committed, a few MB, rebuilt byte for byte), and the
+``[train]`` table's ``data``/``features`` and ``val_data``/``val_features`` pairs say which caches the arms read.
+Before training, the driver unpacks a pack whose data file is missing and extends each cache to the rows the arms
+read, as the same ``lilicorr data`` commands a person would run (subprocesses: resumable shard by shard, so a cut
+during extraction loses at most one shard). Both are no-ops on a disk that has everything.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lilicorr.datagen.answer_pack import read_pack
+
+
+def _lilicorr(args: list[str], log: Path) -> None:
+    cmd = [sys.executable, "-m", "lilicorr.cli.main", *args]
+    with log.open("a") as out:
+        done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False)
+    if done.returncode:
+        raise RuntimeError(f"`lilicorr {' '.join(args)}` failed (exit {done.returncode}): see {log}")
+
+
+def _shards(cache: Path) -> int:
+    return len(list(cache.glob("[0-9]*.safetensors"))) if cache.is_dir() else 0
+
+
+def feature_jobs(train: dict) -> list[tuple[str, str, int]]:
+    """(data file, feature cache, rows) for each cache the arms read: the training rows and the held-out rows."""
+    jobs = []
+    if train.get("features"):
+        jobs.append((train["data"], train["features"], int(train.get("max_sequences", 0))))
+    if train.get("val_data") and train.get("val_features"):
+        jobs.append((train["val_data"], train["val_features"], int(train.get("val_sequences", 64))))
+    return jobs
+
+
+def prepare_data(packs: list[str], train: dict, threads: int, log: Path) -> list[dict]:
+    """Unpack missing data files and extend the feature caches; one event per thing done (none when the disk
+    has everything). Raises with the command and log named when one of them fails; nothing half-written stays
+    (unpack and each feature shard are written atomically)."""
+    events = []
+    for pack in packs:
+        facts, _ = read_pack(pack)
+        if not Path(facts["source"]).exists():
+            t0 = time.time()
+            _lilicorr(["data", "unpack", pack, "--target", train["target"]], log)
+            events.append({"event": "unpacked", "pack": pack, "out": facts["source"],
+                           "wall_s": round(time.time() - t0, 1)})  # fmt: skip
+    for data, cache, rows in feature_jobs(train):
+        if not Path(data).exists():
+            raise FileNotFoundError(f"{data}: the campaign's data file is missing and no [data] pack rebuilds it")
+        before, t0 = _shards(Path(cache)), time.time()
+        args = ["data", "features", "--target", train["target"], "--data", data, "--out", cache]
+        _lilicorr([*args, "--max-sequences", str(rows), "--threads", str(threads or 2)], log)
+        made = _shards(Path(cache)) - before
+        if made:
+            report = json.loads((Path(cache) / "extraction.json").read_text())
+            events.append({"event": "features", "out": cache, "shards_made": made, "shards": len(report),
+                           "wall_s": round(time.time() - t0, 1)})  # fmt: skip
+    return events

@@ -1,0 +1,45 @@
+"""A campaign on a fresh disk rebuilds what it trains on: the pack's data file and the feature caches, once."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lilicorr.datagen.answer_pack import pack_answers
+from lilicorr.datagen.regenerate import RegenConfig, regenerate
+from lilicorr.training.campaign_data import prepare_data
+
+
+@pytest.fixture
+def packed(tiny_target_dir, tmp_path):
+    rows = [{"id": i, "messages": [{"role": "user", "content": f"def f{i}(x):" + " y" * i}]} for i in range(6)]
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = tmp_path / "regen.safetensors"
+    cfg = RegenConfig(target=str(tiny_target_dir), out=str(data), num_sequences=6, new_tokens=8, shard_size=4,
+                      concurrency=4, prompts=str(prompts), max_prompt_tokens=64, engine="native")  # fmt: skip
+    regenerate(cfg)
+    pack = tmp_path / "regen.answers.safetensors"
+    pack_answers(data, pack)
+    return data, pack
+
+
+def test_a_fresh_disk_gets_its_data_and_features_back_once(packed, tiny_target_dir, tmp_path):
+    data, pack = packed
+    data.unlink()  # the disk lost the data file; the committed pack remains
+    cache = tmp_path / "feats"
+    train = {"target": str(tiny_target_dir), "data": str(data), "features": str(cache), "max_sequences": 6}
+    log = tmp_path / "data.log"
+    events = prepare_data([str(pack)], train, 1, log)
+    assert [e["event"] for e in events] == ["unpacked", "features"]
+    assert data.exists() and events[1]["shards_made"] == len(list(cache.glob("0*.safetensors"))) >= 1
+    assert prepare_data([str(pack)], train, 1, log) == []  # a disk that has everything: nothing done
+
+
+def test_a_missing_data_file_without_a_pack_is_named(tiny_target_dir, tmp_path):
+    train = {"target": str(tiny_target_dir), "data": str(tmp_path / "gone.safetensors"),
+             "features": str(tmp_path / "f"), "max_sequences": 4}  # fmt: skip
+    with pytest.raises(FileNotFoundError, match=r"gone\.safetensors: the campaign's data file is missing"):
+        prepare_data([], train, 1, tmp_path / "log")
+    assert not (tmp_path / "f").exists()  # nothing started
