@@ -61,8 +61,14 @@ class BlockPass:
 
 
 def vocab_logits(target, hidden: torch.Tensor, vocab: torch.Tensor | None) -> torch.Tensor:
-    """The target's LM head on ``hidden``, over all of the vocabulary or only the token ids ``vocab``."""
-    return target.lm_head(hidden) if vocab is None else F.linear(hidden, target.lm_head.weight[vocab])
+    """The target's LM head on ``hidden`` ``[..., H]``, over all of the vocabulary or only the token ids ``vocab``.
+
+    The rows are made one contiguous ``[N, H]`` matrix first: a strided 4-D input (the block pass's slots,
+    ``hidden[:, :, 1:]``) sends ``F.linear`` down a batched-matmul path that multiplies each block by the whole
+    weight on its own, forward and backward — measured 1.35 s of a 3.1 s v6 step on a 2-core AVX2 CPU."""
+    flat = hidden.reshape(-1, hidden.shape[-1])  # [N, H], a copy only when strided
+    out = target.lm_head(flat) if vocab is None else F.linear(flat, target.lm_head.weight[vocab])
+    return out.view(*hidden.shape[:-1], out.shape[-1])
 
 
 class _ScaleGrad(torch.autograd.Function):
