@@ -191,3 +191,30 @@ def test_promotion_needs_a_lead_on_both_measures_and_is_capped(tiny_target_dir, 
     with pytest.raises(ValueError, match="already promoted 2 times"):
         promote(camp, anyway)
     assert not list(ship_dir.parent.glob("*.promoting")) and not list(ship_dir.parent.glob("*.retired"))
+
+
+def test_a_decay_branch_forks_the_trunk_and_decays_to_zero(tiny_target_dir, regen_data, tmp_path):
+    """The candidate for promotion is the trunk's weights brought down to LR 0 in a folder of its own; the
+    constant-LR trunk is not touched and carries on."""
+    from lilicorr.training.campaign_branch import start_branch
+    from lilicorr.training.campaign_run import train_segment
+
+    camp = run_campaign(_write(tmp_path, tiny_target_dir, regen_data, name="b", steps=8), max_segments=1,
+                        in_process=True)  # fmt: skip  # df trained 2 steps, lc not started
+    arm = camp.arm("df")
+    trunk = camp.arm_run_dir(arm) / "checkpoint.pt"
+    before = trunk.read_bytes()
+    cfg = start_branch(camp, arm, decay_steps=2)
+    assert (cfg.steps, cfg.decay_ratio) == (4, 0.5) and Path(cfg.run_dir).name == "df-s2-d2"
+    assert lr_at(2, cfg) == cfg.lr and 0 < lr_at(3, cfg) < cfg.lr and lr_at(4, cfg) == 0.0
+    train_segment(cfg, tmp_path / "branch.log", in_process=True)
+    assert torch.load(Path(cfg.run_dir) / "checkpoint.pt", weights_only=False)["state"]["step"] == 4
+    assert (Path(cfg.out) / "config.json").exists()  # the drafter folder promote compares
+    assert trunk.read_bytes() == before and arm_step(camp, arm) == 2
+    assert start_branch(camp, arm, decay_steps=2).run_dir == cfg.run_dir  # exists: resumed, not forked again
+    with pytest.raises(FileNotFoundError, match="no checkpoint to branch from"):
+        start_branch(camp, camp.arm("lc"), decay_steps=2)
+    plan = tmp_path / "b.toml"
+    plan.write_text(plan.read_text().replace('lr_schedule = "wsd"', 'lr_schedule = "cosine"'))
+    with pytest.raises(ValueError, match='needs lr_schedule = "wsd"'):
+        start_branch(load_campaign(plan), arm, decay_steps=2)

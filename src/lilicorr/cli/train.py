@@ -75,13 +75,21 @@ def _promote(args: argparse.Namespace) -> int:
 
     try:
         camp = load_campaign(args.config)
-        decision = compare_for_promotion(camp, camp.arm(args.arm), args.margin, args.num_prompts)
+        arm, drafter, label = camp.arm(args.arm), None, ""
+        if args.decay_steps:  # a decayed candidate from the constant-LR trunk (trained now, or resumed)
+            from lilicorr.training.campaign_branch import start_branch
+            from lilicorr.training.campaign_run import train_segment
+
+            cfg = start_branch(camp, arm, args.decay_steps)
+            train_segment(cfg, Path(cfg.run_dir) / "train.out", in_process=False)
+            drafter, label = Path(cfg.out), Path(cfg.run_dir).name
+        decision = compare_for_promotion(camp, arm, args.margin, args.num_prompts, drafter, label)
         print(json.dumps(decision, indent=2))
         with (camp.run_dir / "promote" / "decisions.jsonl").open("a") as log:
             log.write(json.dumps(decision) + "\n")
         if args.apply:
             print(f"promoted: {promote(camp, decision)} (now rewrite its card: lilicorr card draft)")
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, RuntimeError) as e:  # RuntimeError: a failed decay branch (its log named)
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
@@ -208,6 +216,13 @@ def register(sub) -> None:
     s.add_argument("--margin", type=float, default=0.03, help="required lead on held-out AND engine tau (0.03: 3 %%)")
     s.add_argument("--num-prompts", type=int, default=36, help="engine prompts (round-robin over the categories)")
     s.add_argument("--apply", action="store_true", help="replace the shipped folder when the decision says so")
+    s.add_argument(
+        "--decay-steps",
+        type=int,
+        default=0,
+        help="first train a decay branch: the arm's checkpoint plus N steps with the LR decayed to 0 "
+        "(the trunk is untouched); compare that instead of the constant-LR weights",
+    )
     s.set_defaults(func=_promote)
     s = train.add_parser("status", help="a campaign's steps, positions, hours, held-out and engine tau, ETA")
     s.add_argument("run", help="campaign TOML file or its run folder")

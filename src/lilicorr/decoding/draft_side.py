@@ -18,6 +18,7 @@ from lilicorr.decoding.draft_vocab import VocabHead
 from lilicorr.decoding.proposal import DraftOutput
 from lilicorr.decoding.verify import Verdict
 from lilicorr.models.draft import DraftModel
+from lilicorr.models.layers import over_rows
 from lilicorr.runtime.runtime import TargetRuntime
 
 DEFER_LIMIT = 64  # paused steps whose taps wait before they are fused anyway (one batched pass)
@@ -117,7 +118,7 @@ class DraftSide:
         emb = self.target.embed_tokens(block).to(self.dtype)  # [batch, n+1, H]
         pos = start[:, None] + torch.arange(n + 1)[None]
         hidden = self.draft.draft_block(emb, pos, kv, valid)[:, 1:]  # [batch, n, Hm]
-        logits = self.head(hidden.to(self.head.weight.dtype)).float()  # [batch, n, V]
+        logits = over_rows(self.head, hidden.to(self.head.weight.dtype)).float()  # [batch, n, V]
         return DraftOutput(
             hidden=hidden,
             logits=logits,

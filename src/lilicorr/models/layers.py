@@ -1,9 +1,24 @@
-"""Qwen3 building blocks the draft backbone and the LiLiCorr head share: RMSNorm and RoPE."""
+"""Qwen3 building blocks the draft backbone and the LiLiCorr head share: RMSNorm and RoPE; and how a vocabulary
+projection takes the drafter's slots."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
+
+
+def over_rows(project: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """``project`` (an LM head: ``[N, H] → [N, V]``) applied to ``x [..., H]`` as one contiguous ``[N, H]`` matrix.
+
+    The drafter's slots are a strided view (``hidden[:, 1:]``: the block without its anchor). Given a strided 3-D or
+    4-D input, ``F.linear`` takes a batched-matmul path that multiplies each block by the whole weight on its own:
+    measured on a 2-core AVX2 CPU, 8 blocks × 7 slots through SmolLM2's 49 152-token head took 358 ms strided and
+    114 ms contiguous; in training, 1.35 s of a 3.1 s step. Both the engine and the trainer call this."""
+    flat = x.reshape(-1, x.shape[-1])  # [N, H], a copy only when strided
+    out = project(flat)  # [N, V]
+    return out.view(*x.shape[:-1], out.shape[-1])
 
 
 class RMSNorm(nn.Module):

@@ -44,16 +44,19 @@ def _engine_taus(camp: Campaign, folders: dict[str, Path], num_prompts: int, out
     return {r["arm"]["name"]: r["pooled"]["tau"] for r in runs if r["arm"]["name"] in folders}
 
 
-def compare_for_promotion(camp: Campaign, arm: Arm, margin: float, num_prompts: int) -> dict:
-    """Held-out and engine τ of the arm's current weights against its shipped folder, and the decision."""
+def compare_for_promotion(
+    camp: Campaign, arm: Arm, margin: float, num_prompts: int, drafter: Path | None = None, label: str = ""
+) -> dict:
+    """Held-out and engine τ of the arm's current weights (or ``drafter``: a decay branch's, named by ``label``)
+    against its shipped folder, and the decision."""
     if not arm.promote_to:
         raise ValueError(f"{camp.source} [arms.{arm.name}]: no promote_to folder")
     shipped = Path(arm.promote_to)
-    work = camp.run_dir / "promote" / f"{arm.name}-step{arm_step(camp, arm)}"
+    work = camp.run_dir / "promote" / (label or f"{arm.name}-step{arm_step(camp, arm)}")
     work.mkdir(parents=True, exist_ok=True)
     candidate = work / f"{arm.name}-candidate"  # bench names an arm by its folder: the two must differ
     if not candidate.exists():
-        shutil.copytree(camp.arm_out(arm), candidate)
+        shutil.copytree(drafter or camp.arm_out(arm), candidate)
     val = camp.train.get("val_data") or camp.train["data"]
     feats = camp.train.get("val_features") if camp.train.get("val_data") else camp.train.get("features")
     n_val = int(camp.train.get("val_sequences", 64))  # the rows the campaign validates on
@@ -67,6 +70,7 @@ def compare_for_promotion(camp: Campaign, arm: Arm, margin: float, num_prompts: 
     return {
         "arm": arm.name,
         "step": arm_step(camp, arm),
+        "branch": label or None,  # a decay branch (campaign_branch.py), or None: the trunk's current weights
         "candidate": str(candidate),
         "shipped": str(shipped),
         "heldout_tau": held,

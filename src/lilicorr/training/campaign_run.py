@@ -80,7 +80,7 @@ def _warm_start_note(arm: Arm) -> dict:
     return {"from": arm.warm_start, "its_steps": info.get("steps"), "its_wall_time_s": info.get("wall_time_s")}
 
 
-def _train_segment(cfg: DraftTrainConfig, log: Path, in_process: bool) -> None:
+def train_segment(cfg: DraftTrainConfig, log: Path, in_process: bool) -> None:
     if in_process:
         from lilicorr.training.draft import train_draft
 
@@ -133,7 +133,7 @@ def run_campaign(path: str | Path, max_segments: int = 0, in_process: bool = Fal
             kind = "warm_start" if arm.warm_start else "from_scratch"
             _event(camp, {"event": kind, "arm": arm.name, **(_warm_start_note(arm) if arm.warm_start else {})})
         t0 = time.time()
-        _train_segment(arm_config(camp, arm, stop, arm.warm_start), camp.run_dir / "logs" / f"{arm.name}.log",
+        train_segment(arm_config(camp, arm, stop, arm.warm_start), camp.run_dir / "logs" / f"{arm.name}.log",
                        in_process)  # fmt: skip
         curve = read_curve(camp.arm_run_dir(arm))
         _event(camp, {"event": "segment", "arm": arm.name, "from": step, "to": arm_step(camp, arm),

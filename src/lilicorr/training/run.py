@@ -20,9 +20,10 @@ from lilicorr.data.atomic import atomic_write
 
 # Options that may change between a run and its resumption: where things are written, how often it checkpoints or
 # validates, the threads, the device and its precision (bf16 autocast or fp32: a campaign moves between machines
-# with and without native bf16; master weights and optimiser state are fp32 either way), and the length (a cut run
-# resumed with more steps or minutes, or a campaign's segment resumed with a later ``stop_at``). Everything else
-# changes what is trained and must match.
+# with and without native bf16; master weights and optimiser state are fp32 either way), and the length and where
+# its decay starts (a cut run resumed with more steps or minutes, a campaign's segment resumed with a later
+# ``stop_at``, a decay branch forked from a campaign's constant-LR trunk). Everything else changes what is
+# trained and must match.
 RESUMABLE_CHANGES = frozenset(
     {
         "out",
@@ -35,6 +36,7 @@ RESUMABLE_CHANGES = frozenset(
         "features",
         "val_features",
         "steps",
+        "decay_ratio",
         "max_minutes",
         "stop_at",
     }
