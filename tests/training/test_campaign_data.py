@@ -8,7 +8,7 @@ import pytest
 
 from lilicorr.datagen.answer_pack import pack_answers
 from lilicorr.datagen.regenerate import RegenConfig, regenerate
-from lilicorr.training.campaign_data import prepare_data
+from lilicorr.training.campaign_data import cache_progress, prepare_data
 
 
 @pytest.fixture
@@ -31,7 +31,9 @@ def test_a_fresh_disk_gets_its_data_and_features_back_once(packed, tiny_target_d
     cache = tmp_path / "feats"
     train = {"target": str(tiny_target_dir), "data": str(data), "features": str(cache), "max_sequences": 6}
     log = tmp_path / "data.log"
+    assert cache_progress(train) == [{"cache": str(cache), "shards": 0, "needed": 1}]  # what `train status` shows
     events = prepare_data([str(pack)], train, 1, log)
+    assert cache_progress(train)[0]["shards"] == 1
     assert [e["event"] for e in events] == ["unpacked", "features"]
     assert data.exists() and events[1]["shards_made"] == len(list(cache.glob("0*.safetensors"))) >= 1
     assert prepare_data([str(pack)], train, 1, log) == []  # a disk that has everything: nothing done

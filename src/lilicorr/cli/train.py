@@ -46,6 +46,9 @@ def _status(args: argparse.Namespace) -> int:
         return 0
     state = "running" if status["running"] else "not running"
     print(f"campaign {status['campaign']} ({status['run_dir']}): {state}; plan ETA {status['eta_hours']} h")
+    for c in status["features"]:  # a fresh disk: the driver extracts these before its first segment
+        if c["needed"] is None or c["shards"] < c["needed"]:
+            print(f"  features {c['cache']}: {c['shards']}/{c['needed'] or '?'} shards (extracting before training)")
     for a in status["arms"]:
         engine = ", ".join(f"{k} {v['tau']:.3f}" for k, v in (a["engine"] or {}).items()) or "-"
         print(

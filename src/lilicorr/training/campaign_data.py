@@ -42,6 +42,18 @@ def feature_jobs(train: dict) -> list[tuple[str, str, int]]:
     return jobs
 
 
+def cache_progress(train: dict) -> list[dict]:
+    """Per feature cache the arms read: shards written and shards needed (what ``train status`` shows while a fresh
+    disk is being rebuilt, which on a slow CPU takes hours)."""
+    out = []
+    for _, cache, rows in feature_jobs(train):
+        meta = Path(cache) / "meta.json"
+        size = json.loads(meta.read_text()).get("shard_size", 64) if meta.exists() else 64
+        n = rows or (json.loads(meta.read_text())["sequences"] if meta.exists() else 0)
+        out.append({"cache": cache, "shards": _shards(Path(cache)), "needed": -(-n // size) if n else None})
+    return out
+
+
 def prepare_data(packs: list[str], train: dict, threads: int, log: Path) -> list[dict]:
     """Unpack missing data files and extend the feature caches; one event per thing done (none when the disk
     has everything). Raises with the command and log named when one of them fails; nothing half-written stays

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from lilicorr.options import command_line
 from lilicorr.training.campaign import Arm, Campaign, arm_config, arm_step, load_campaign, next_segment
-from lilicorr.training.campaign_data import prepare_data
+from lilicorr.training.campaign_data import cache_progress, prepare_data
 from lilicorr.training.curves import read_curve
 from lilicorr.training.draft_config import DraftTrainConfig
 
@@ -201,7 +201,7 @@ def campaign_status(run: str | Path) -> dict:
     pid_file = camp.run_dir / "campaign.pid"
     running = pid_file.exists() and _pid_alive(int(pid_file.read_text().split()[0]))
     return {"campaign": camp.name, "run_dir": str(camp.run_dir), "running": running, "arms": arms,
-            "eta_hours": round(eta, 2)}  # fmt: skip
+            "eta_hours": round(eta, 2), "features": cache_progress(camp.train)}  # fmt: skip
 
 
 def signal_campaign(run: str | Path, pause: bool) -> int:
