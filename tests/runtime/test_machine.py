@@ -28,3 +28,18 @@ def test_fast_bf16_follows_the_cpu_flags_and_names_them() -> None:
     assert label.endswith("AMX-bf16" if "amx_bf16" in info["bf16_flags"] else "AVX512-BF16" if native else "none")
     if not info["cuda"]:
         assert (str(resolve_dtype("auto")) == "torch.bfloat16") is native
+
+
+def test_vector_isa_and_family_read_exact_cpuinfo_keys(monkeypatch) -> None:
+    """Two "AMD EPYC" machines of this project differ several-fold in speed (Zen 1 AVX2, Zen 4 AVX512-BF16): the
+    record must tell them apart, and "model" must not read the "model name" line."""
+    from pathlib import Path
+
+    from lilicorr.runtime import machine
+
+    text = "cpu family\t: 25\nmodel name\t: AMD EPYC\nmodel\t\t: 17\nflags\t\t: fpu avx avx2 avx512f avx512_bf16\n"
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: text)
+    info = machine.machine_info()
+    assert (info["cpu"], info["cpu_family_model"], info["vector_isa"]) == ("AMD EPYC", "25/17", "avx512f")
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: text.replace(" avx512f avx512_bf16", ""))
+    assert machine.machine_info()["vector_isa"] == "avx2"

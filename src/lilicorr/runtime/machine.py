@@ -23,12 +23,21 @@ def _cpuinfo_field(key: str) -> str | None:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
         return None
-    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith(key)), None)
+    pairs = (ln.split(":", 1) for ln in lines if ":" in ln)
+    return next((v.strip() for k, v in pairs if k.strip() == key), None)  # exact key: "model" ≠ "model name"
 
 
 def _bf16_flags() -> list[str]:
     """The CPU's bf16 and AMX flags (``avx512_bf16``, ``amx_bf16``, …)."""
     return sorted(f for f in (_cpuinfo_field("flags") or "").split() if "bf16" in f or f.startswith("amx"))
+
+
+def _vector_isa() -> str:
+    """The widest x86 vector extension: ``avx512f``, ``avx2``, ``avx`` or ``none`` — the model name alone does not
+    tell this project's machines apart ("AMD EPYC" has been both a Zen 1 with AVX2 only and a Zen 4 with
+    AVX512-BF16, several-fold apart in matmul speed)."""
+    flags = set((_cpuinfo_field("flags") or "").split())
+    return next((f for f in ("avx512f", "avx2", "avx") if f in flags), "none")
 
 
 def machine_info(with_time: bool = False) -> dict:
@@ -44,6 +53,8 @@ def machine_info(with_time: bool = False) -> dict:
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
         "cpu": _cpuinfo_field("model name") or platform.processor() or platform.machine(),
+        "cpu_family_model": f"{_cpuinfo_field('cpu family')}/{_cpuinfo_field('model')}",
+        "vector_isa": _vector_isa(),
         "cores": os.cpu_count(),
         "bf16_flags": _bf16_flags(),
         "fast_bf16": cpu_has_fast_bf16(),  # AMX-bf16 or AVX512-BF16: what --dtype auto reads
