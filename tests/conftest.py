@@ -124,3 +124,21 @@ def regen_data(tiny_target_dir, tmp_path_factory):
     path = tmp_path_factory.mktemp("regen") / "data.safetensors"
     save_file({"tokens": tokens, "loss_mask": mask, "sampled": torch.arange(40) % 2 == 1}, str(path))
     return path
+
+
+@pytest.fixture
+def regenerated(tiny_target_dir, tmp_path):
+    """A 7-row file `lilicorr data regenerate` made from a prompts JSONL (the tiny target answering): what a pack
+    packs and a campaign's fresh disk unpacks. (data file, prompts file)."""
+    import json
+
+    from lilicorr.datagen.regenerate import RegenConfig, regenerate
+
+    rows = [{"id": i, "messages": [{"role": "user", "content": f"def f{i}(x):" + " y" * i}]} for i in range(7)]
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "regen.safetensors"
+    cfg = RegenConfig(target=str(tiny_target_dir), out=str(out), num_sequences=7, new_tokens=10, shard_size=4,
+                      concurrency=4, prompts=str(prompts), max_prompt_tokens=64, engine="native")  # fmt: skip
+    regenerate(cfg)
+    return out, prompts

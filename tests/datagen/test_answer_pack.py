@@ -4,19 +4,7 @@ import pytest
 import torch
 
 from lilicorr.datagen.answer_pack import pack_answers, read_pack, unpack_answers
-from lilicorr.datagen.regenerate import RegenConfig, load_regenerated, regenerate
-
-
-@pytest.fixture
-def regenerated(tiny_target_dir, tmp_path):
-    rows = [{"id": i, "messages": [{"role": "user", "content": f"def f{i}(x):" + " y" * i}]} for i in range(7)]
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    out = tmp_path / "regen.safetensors"
-    cfg = RegenConfig(target=str(tiny_target_dir), out=str(out), num_sequences=7, new_tokens=10, shard_size=4,
-                      concurrency=4, prompts=str(prompts), max_prompt_tokens=64, engine="native")  # fmt: skip
-    regenerate(cfg)
-    return out, prompts
+from lilicorr.datagen.regenerate import load_regenerated
 
 
 def test_unpack_rebuilds_the_regenerated_file_byte_for_byte(regenerated, tiny_target_dir, tmp_path):

@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from lilicorr.datagen.answer_pack import pack_answers
-from lilicorr.datagen.regenerate import RegenConfig, regenerate
 from lilicorr.training.campaign_data import cache_progress, prepare_data
 
 
 @pytest.fixture
-def packed(tiny_target_dir, tmp_path):
-    rows = [{"id": i, "messages": [{"role": "user", "content": f"def f{i}(x):" + " y" * i}]} for i in range(6)]
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    data = tmp_path / "regen.safetensors"
-    cfg = RegenConfig(target=str(tiny_target_dir), out=str(data), num_sequences=6, new_tokens=8, shard_size=4,
-                      concurrency=4, prompts=str(prompts), max_prompt_tokens=64, engine="native")  # fmt: skip
-    regenerate(cfg)
+def packed(regenerated, tmp_path):
+    data, _ = regenerated
     pack = tmp_path / "regen.answers.safetensors"
     pack_answers(data, pack)
     return data, pack
@@ -29,7 +20,7 @@ def test_a_fresh_disk_gets_its_data_and_features_back_once(packed, tiny_target_d
     data, pack = packed
     data.unlink()  # the disk lost the data file; the committed pack remains
     cache = tmp_path / "feats"
-    train = {"target": str(tiny_target_dir), "data": str(data), "features": str(cache), "max_sequences": 6}
+    train = {"target": str(tiny_target_dir), "data": str(data), "features": str(cache), "max_sequences": 7}
     log = tmp_path / "data.log"
     assert cache_progress(train) == [{"cache": str(cache), "shards": 0, "needed": 1}]  # what `train status` shows
     events = prepare_data([str(pack)], train, 1, log)
