@@ -220,8 +220,14 @@ def test_vllm_dflash_output_and_tau_match_ours(vllm_server):
         # matches on all. Where the texts differ the two stacks drafted along different sequences, so their
         # acceptance is not comparable there; the check is that vLLM loads and serves the export, agrees on
         # most prompts, and accepts like our engine on the prompts where both produced the same text.
+        # Without native bf16 (AVX2-only CPUs) both stacks emulate the target's bf16 matmuls along different kernel
+        # paths, and the texts part more often — measured on a Zen 1 EPYC: 3 of 8 the same, one parting at its
+        # very first token, which comes from the target's prefill alone (no drafter involved). The τ check below
+        # on the same-text prompts stays the measure; it needs at least two of them.
+        from lilicorr.runtime.dtype import cpu_has_fast_bf16
+
         same = [c for c in counts if c.same_text]
-        assert len(same) >= len(prompts) // 2, mismatches
+        assert len(same) >= (len(prompts) // 2 if cpu_has_fast_bf16() else 2), mismatches
         tau_vllm_same, tau_ours_same = _taus(same)
         print(f"on the {len(same)} prompts with the same text: tau vLLM {tau_vllm_same:.4f}, ours {tau_ours_same:.4f}")
         assert abs(tau_vllm_same - tau_ours_same) / tau_ours_same < 0.05, (tau_vllm_same, tau_ours_same)
