@@ -154,6 +154,7 @@ def extract_features(
         rows = tokens[si * shard_size : (si + 1) * shard_size]
         lens = row_lengths(mask[si * shard_size : (si + 1) * shard_size]) if packed else None
         taps, final = [], []
+        keep = store_dtype if dtype != FP8 else torch.bfloat16  # fp8 is quantized from bf16 below, per shard
         if packed:  # rows of like length batched together (less padding); stored back in row order
             order = lens.argsort(stable=True)
             per_row: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -161,7 +162,7 @@ def extract_features(
                 idx = order[i : i + batch_size]
                 cols = int(lens[idx].max())  # causal: later columns unused
                 t, f = target_features(model, rows[idx, :cols].to(device), layer_ids)  # [b, cols, F·H], [b, cols, H]
-                t, f = (x.to("cpu", store_dtype if dtype != FP8 else torch.bfloat16) for x in (t, f))
+                t, f = t.to("cpu", keep), f.to("cpu", keep)
                 for j, r in enumerate(idx.tolist()):
                     per_row[r] = (t[j, : lens[r]], f[j, : lens[r]])
             taps = [per_row[r][0] for r in range(len(rows))]  # [Σ len, F·H] once concatenated
@@ -169,8 +170,8 @@ def extract_features(
         else:
             for i in range(0, len(rows), batch_size):
                 t, f = target_features(model, rows[i : i + batch_size].to(device), layer_ids)
-                taps.append(t.to("cpu", store_dtype if dtype != FP8 else torch.bfloat16))
-                final.append(f.to("cpu", store_dtype if dtype != FP8 else torch.bfloat16))
+                taps.append(t.to("cpu", keep))
+                final.append(f.to("cpu", keep))
         tensors = {"taps": torch.cat(taps).contiguous(), "final": torch.cat(final).contiguous()}
         if dtype == FP8:  # [Σ len, C] fp8 and [C] fp32 scales, per shard
             for name in ("taps", "final"):

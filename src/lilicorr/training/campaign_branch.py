@@ -36,8 +36,8 @@ def branch_config(camp: Campaign, arm: Arm, at_step: int, decay_steps: int) -> D
         raise ValueError(f"{camp.source} [arms.{arm.name}]: a decay branch needs lr_schedule = \"wsd\" (the trunk "
                          f"trains at a constant LR), this plan has {cfg.lr_schedule!r}")  # fmt: skip
     total = at_step + decay_steps
-    if at_step < round(cfg.warmup_ratio * total) + 1:
-        raise ValueError(f"{arm.name}: step {at_step} is still in the warm-up; branch after it")
+    if at_step <= round(cfg.warmup_ratio * camp.steps):  # the trunk's own warm-up: its LR is not yet the plateau
+        raise ValueError(f"{arm.name}: step {at_step} is still in the trunk's warm-up; branch after it")
     where = branch_dir(camp, arm, at_step, decay_steps)
     return dataclasses.replace(cfg, steps=total, stop_at=0, decay_ratio=decay_steps / total, run_dir=str(where),
                                out=str(where / "drafter"))  # fmt: skip
