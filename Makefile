@@ -94,15 +94,17 @@ compat: $(CVENV)/.installed target
 # changes (the stamp bin/llama-server.pin holds both). No network at build time: the prebuilt web UI and HTTPS
 # are off.
 # Built once per machine, not once per clone: the tree lives in LLAMA_CACHE (default ~/.cache/lilicorr/llama.cpp)
-# and build/llama.cpp is a link to it, so a fresh clone on a machine that built it (CI's, which runs on the
+# and build/llama.cpp is a link to it (made by whatever touches the tree first: lilicorr.export.gguf.tree_root),
+# so a fresh clone on a machine that built it (CI's, which runs on the
 # session's machine) reuses the ≈ 16-min build. cmake is given the cache's real path: the shared libraries'
 # RUNPATH points there, not into a clone that may be deleted. A clone whose build/llama.cpp is a real folder
-# (the layout before the cache) keeps using it. LLAMA_CACHE=build/llama.cpp-tree keeps everything in the clone.
+# (the layout before the cache) keeps using it.
 # Portable x86-64 flags (AVX2/FMA/F16C), not -march=native: on the AMX machines ggml's native build picks
 # its AMX kernels, which died with SIGILL here (tilezero in tinygemm_kernel_amx, seen in gdb), and the
 # AMD machines have no AVX-512.
 LLAMA_LINK := build/llama.cpp
-LLAMA_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/lilicorr/llama.cpp
+# LLAMA_CACHE=DIR (environment or command line) moves the per-machine tree; unset: ~/.cache/lilicorr/llama.cpp.
+export LLAMA_CACHE
 LLAMA_PIN := $(shell sed -n 's/^LLAMA_CPP_PYTHON = ("\(.*\)", "\(.*\)").*/\1==\2/p' src/lilicorr/export/gguf.py)
 LLAMA_PATCHES := $(sort $(wildcard patches/llama.cpp/*.patch))
 LLAMA_PATCH_SHA := $(shell cat $(LLAMA_PATCHES) /dev/null | sha256sum | cut -c1-16)
@@ -112,7 +114,7 @@ LLAMA_STAMP := $(LLAMA_LINK)/bin/llama-server.pin
 .PHONY: llamacpp-force
 llamacpp-force:
 $(LLAMA_STAMP): src/lilicorr/export/gguf.py src/lilicorr/export/llamacpp_tree.py $(LLAMA_PATCHES) llamacpp-force | venv
-	test -e $(LLAMA_LINK) || { mkdir -p $(LLAMA_CACHE) build && ln -sfn $$(realpath $(LLAMA_CACHE)) $(LLAMA_LINK); }
+	$(BIN)/python -c 'from lilicorr.export.gguf import tree_root; tree_root()'
 	test -f $@ && grep -qx '$(LLAMA_PIN) avx2 patches=$(LLAMA_PATCH_SHA)' $@ || { \
 	  D=$$(realpath $(LLAMA_LINK)) && \
 	  $(BIN)/python -m lilicorr.export.llamacpp_tree && \

@@ -48,3 +48,22 @@ def test_patch_that_does_not_apply_is_named(tree, tmp_path):
     with pytest.raises(RuntimeError, match="does not apply"):
         patched_source_dir(tree, patches)
     assert (tree / "src" / "f.txt").read_text() == "keep\nupstream\n"
+
+
+def test_tree_root_links_the_per_machine_tree_once(tmp_path, monkeypatch):
+    """The first use makes build/llama.cpp a link to $LLAMA_CACHE, so a clone's tests and `make llamacpp` share
+    the machine's build; an existing folder (link or real) is kept as it is."""
+    from lilicorr.export.gguf import tree_root
+
+    cache = tmp_path / "cache" / "llama.cpp"
+    monkeypatch.setenv("LLAMA_CACHE", str(cache))
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    monkeypatch.chdir(clone)
+    root = tree_root()
+    assert root.is_symlink() and root.resolve() == cache.resolve() and cache.is_dir()
+    (root / "marker").write_text("x")
+    assert tree_root() == root and (cache / "marker").read_text() == "x"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "build" / "llama.cpp").mkdir(parents=True)
+    assert not tree_root().is_symlink()  # the layout before the cache: a real folder stays in use

@@ -39,8 +39,30 @@ LLAMA_CPP_PYTHON = ("llama-cpp-python", "0.3.36")  # vendors llama.cpp with DFla
 DEFAULT_ROOT = Path("build/llama.cpp")
 
 
-def source_dir(root: Path = DEFAULT_ROOT, cache: Path = Path("data/cache/wheels")) -> Path:
-    """The pinned llama.cpp source tree, unpacked from the sdist on first use."""
+def tree_root() -> Path:
+    """``build/llama.cpp``, made on first use a link to the per-machine tree (``$LLAMA_CACHE``, else
+    ``~/.cache/lilicorr/llama.cpp``) that ``make llamacpp`` builds in.
+
+    Why a per-machine tree: the llama-server build takes ≈ 16 min on 2 cores, and every clone on the machine
+    (CI's fresh clone among them) can share it. Whatever touches the tree first — the GGUF converter in a test,
+    or ``make llamacpp`` — makes the link, so no clone ends up with a half tree of its own. A real folder
+    already there (the layout before the cache) is kept."""
+    if DEFAULT_ROOT.exists() or DEFAULT_ROOT.is_symlink():
+        return DEFAULT_ROOT
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    cache = Path(os.environ.get("LLAMA_CACHE") or base / "lilicorr" / "llama.cpp")
+    cache.mkdir(parents=True, exist_ok=True)
+    DEFAULT_ROOT.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        DEFAULT_ROOT.symlink_to(cache.resolve(), target_is_directory=True)
+    except FileExistsError:  # another process made it first
+        pass
+    return DEFAULT_ROOT
+
+
+def source_dir(root: Path | None = None, cache: Path = Path("data/cache/wheels")) -> Path:
+    """The pinned llama.cpp source tree, unpacked from the sdist on first use (default: ``tree_root()``)."""
+    root = root if root is not None else tree_root()
     pkg, ver = LLAMA_CPP_PYTHON
     src = root / "src"
     stamp = root / "src.pin"

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from lilicorr.export.gguf import DEFAULT_ROOT, source_dir
+from lilicorr.export.gguf import source_dir, tree_root
 
 PATCH_DIR = Path("patches/llama.cpp")
 
@@ -35,8 +35,9 @@ def _patch(tree: Path, text: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, input=text, capture_output=True, text=True)
 
 
-def patched_source_dir(root: Path = DEFAULT_ROOT, patch_dir: Path = PATCH_DIR) -> Path:
-    """``source_dir()`` with the patch set applied; idempotent."""
+def patched_source_dir(root: Path | None = None, patch_dir: Path = PATCH_DIR) -> Path:
+    """``source_dir()`` with the patch set applied; idempotent (default root: ``tree_root()``)."""
+    root = root if root is not None else tree_root()
     tree = source_dir(root)
     record = root / "src.patches"
     want = patch_set(patch_dir)
