@@ -15,6 +15,7 @@ the file (its tensor count does not match what it creates) instead of drafting w
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -53,10 +54,8 @@ def tree_root() -> Path:
     cache = Path(os.environ.get("LLAMA_CACHE") or base / "lilicorr" / "llama.cpp")
     cache.mkdir(parents=True, exist_ok=True)
     DEFAULT_ROOT.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    with contextlib.suppress(FileExistsError):  # another process made it first
         DEFAULT_ROOT.symlink_to(cache.resolve(), target_is_directory=True)
-    except FileExistsError:  # another process made it first
-        pass
     return DEFAULT_ROOT
 
 
