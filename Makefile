@@ -95,8 +95,7 @@ compat: $(CVENV)/.installed target
 # are off.
 # Built once per machine, not once per clone: the tree lives in LLAMA_CACHE (default ~/.cache/lilicorr/llama.cpp)
 # and build/llama.cpp is a link to it (made by whatever touches the tree first: lilicorr.export.gguf.tree_root),
-# so a fresh clone on a machine that built it (CI's, which runs on the
-# session's machine) reuses the ≈ 16-min build. cmake is given the cache's real path: the shared libraries'
+# so a fresh clone on a machine that built it (CI's, which runs on the session's machine) reuses the ≈ 16-min build. cmake is given the cache's real path: the shared libraries'
 # RUNPATH points there, not into a clone that may be deleted. A clone whose build/llama.cpp is a real folder
 # (the layout before the cache) keeps using it.
 # Portable x86-64 flags (AVX2/FMA/F16C), not -march=native: on the AMX machines ggml's native build picks

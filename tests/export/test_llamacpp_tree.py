@@ -2,6 +2,7 @@
 patch replaces the old one (reversed first, so exactly its files change), a patch that does not apply is named
 and leaves the tree as it was."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,8 @@ def test_tree_root_links_the_per_machine_tree_once(tmp_path, monkeypatch):
     assert root.is_symlink() and root.resolve() == cache.resolve() and cache.is_dir()
     (root / "marker").write_text("x")
     assert tree_root() == root and (cache / "marker").read_text() == "x"
+    shutil.rmtree(cache)  # a deleted machine tree behind the link is made again, not left dangling
+    assert tree_root() == root and cache.is_dir()
     monkeypatch.chdir(tmp_path)
     (tmp_path / "build" / "llama.cpp").mkdir(parents=True)
     assert not tree_root().is_symlink()  # the layout before the cache: a real folder stays in use

@@ -48,7 +48,9 @@ def tree_root() -> Path:
     (CI's fresh clone among them) can share it. Whatever touches the tree first — the GGUF converter in a test,
     or ``make llamacpp`` — makes the link, so no clone ends up with a half tree of its own. A real folder
     already there (the layout before the cache) is kept."""
-    if DEFAULT_ROOT.exists() or DEFAULT_ROOT.is_symlink():
+    if DEFAULT_ROOT.is_symlink() and not DEFAULT_ROOT.exists():  # the machine's tree was deleted: start it again
+        DEFAULT_ROOT.resolve().mkdir(parents=True, exist_ok=True)
+    if DEFAULT_ROOT.exists():
         return DEFAULT_ROOT
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     cache = Path(os.environ.get("LLAMA_CACHE") or base / "lilicorr" / "llama.cpp")
