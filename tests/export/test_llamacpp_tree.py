@@ -70,3 +70,33 @@ def test_tree_root_links_the_per_machine_tree_once(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "build" / "llama.cpp").mkdir(parents=True)
     assert not tree_root().is_symlink()  # the layout before the cache: a real folder stays in use
+
+
+def test_pinned_sdist_lives_beside_the_machine_tree(tmp_path, monkeypatch):
+    """A fresh clone that reuses the machine's llama-server still finds the sdist (the replay tests read
+    llama-cpp-python's bindings from it): it is fetched once into <tree>/wheels, and a failed fetch is named."""
+    import subprocess
+
+    from lilicorr.export import gguf
+
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "tree"
+    name = "{}-{}.tar.gz".format(LLAMA_CPP_PYTHON[0].replace("-", "_"), LLAMA_CPP_PYTHON[1])
+    calls = []
+
+    def fake_pip(cmd, **kw):
+        calls.append(cmd)
+        dest = Path(cmd[cmd.index("-d") + 1])
+        (dest / name).write_bytes(b"sdist")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(gguf.subprocess, "run", fake_pip)
+    assert gguf.pinned_sdist(root) == root / "wheels" / name and len(calls) == 1
+    assert gguf.pinned_sdist(root) == root / "wheels" / name and len(calls) == 1  # kept, not fetched again
+
+    monkeypatch.setattr(gguf.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "no net"))
+    with pytest.raises(RuntimeError, match=r"pip download llama-cpp-python==.*no net"):
+        gguf.pinned_sdist(tmp_path / "other")
+    (tmp_path / "data" / "cache" / "wheels").mkdir(parents=True)
+    (tmp_path / "data" / "cache" / "wheels" / name).write_bytes(b"old layout")
+    assert gguf.pinned_sdist(tmp_path / "other") == Path("data/cache/wheels") / name

@@ -79,11 +79,10 @@ def bindings(dst: Path) -> Path:
     """llama-cpp-python's low-level ctypes bindings from the pinned sdist (the one ``make llamacpp`` builds from),
     without the package's ``__init__``: its high-level ``Llama`` needs ``diskcache``, which this venv lacks, and
     the replay wants its own batches anyway."""
-    from lilicorr.export.gguf import LLAMA_CPP_PYTHON
+    from lilicorr.export.gguf import LLAMA_CPP_PYTHON, pinned_sdist
 
     pkg, ver = LLAMA_CPP_PYTHON
-    sdist = Path("data/cache/wheels") / f"{pkg.replace('-', '_')}-{ver}.tar.gz"
-    assert sdist.exists(), f"{sdist} missing: `make llamacpp` downloads it"
+    sdist = pinned_sdist()
     names = ("llama_cpp.py", "_ctypes_extensions.py", "_ggml.py")
     with tarfile.open(sdist) as tf:
         for name in names:

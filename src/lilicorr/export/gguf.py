@@ -61,7 +61,29 @@ def tree_root() -> Path:
     return DEFAULT_ROOT
 
 
-def source_dir(root: Path | None = None, cache: Path = Path("data/cache/wheels")) -> Path:
+def pinned_sdist(root: Path | None = None) -> Path:
+    """The pinned ``llama-cpp-python`` sdist, kept in the machine's tree (``<tree_root()>/wheels``) and fetched
+    with pip on first use.
+
+    Why beside the tree, not in the clone's ``data/cache``: a fresh clone (CI's) reuses the machine's built
+    llama-server, so nothing in it would download the sdist, yet the replay tests read llama-cpp-python's
+    bindings from it. A copy already in the clone's ``data/cache/wheels`` (the older layout) is used as is."""
+    root = root if root is not None else tree_root()
+    pkg, ver = LLAMA_CPP_PYTHON
+    name = f"{pkg.replace('-', '_')}-{ver}.tar.gz"
+    for folder in (root / "wheels", Path("data/cache/wheels")):
+        if (folder / name).exists():
+            return folder / name
+    cache = root / "wheels"
+    cache.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "-d", str(cache)]
+    res = subprocess.run([*cmd, f"{pkg}=={ver}"], capture_output=True, text=True)
+    if res.returncode != 0 or not (cache / name).exists():
+        raise RuntimeError(f"pip download {pkg}=={ver} (sdist) failed: {res.stderr.strip()[-400:]}")
+    return cache / name
+
+
+def source_dir(root: Path | None = None) -> Path:
     """The pinned llama.cpp source tree, unpacked from the sdist on first use (default: ``tree_root()``)."""
     root = root if root is not None else tree_root()
     pkg, ver = LLAMA_CPP_PYTHON
@@ -69,18 +91,11 @@ def source_dir(root: Path | None = None, cache: Path = Path("data/cache/wheels")
     stamp = root / "src.pin"
     if (src / "convert_hf_to_gguf.py").exists() and stamp.exists() and stamp.read_text().strip() == f"{pkg}=={ver}":
         return src
-    sdists = sorted(cache.glob(f"{pkg.replace('-', '_')}-{ver}.tar.gz"))
-    if not sdists:
-        cache.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "-d", str(cache)]
-        res = subprocess.run([*cmd, f"{pkg}=={ver}"], capture_output=True, text=True)
-        sdists = sorted(cache.glob(f"{pkg.replace('-', '_')}-{ver}.tar.gz"))
-        if res.returncode != 0 or not sdists:
-            raise RuntimeError(f"pip download {pkg}=={ver} (sdist) failed: {res.stderr.strip()[-400:]}")
+    sdist = pinned_sdist(root)
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=".src."))
     prefix = f"{pkg.replace('-', '_')}-{ver}/vendor/llama.cpp/"
-    with tarfile.open(sdists[0]) as tf:
+    with tarfile.open(sdist) as tf:
         members = [m for m in tf.getmembers() if m.name.startswith(prefix)]
         for m in members:
             m.name = m.name[len(prefix) :]
