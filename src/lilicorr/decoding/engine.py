@@ -22,6 +22,7 @@ from lilicorr.decoding.adaptive import AdaptiveWidth, CostModel, DraftGate
 from lilicorr.decoding.config import SpecConfig, draft_length
 from lilicorr.decoding.draft_side import DraftSide
 from lilicorr.decoding.policy import LoadPolicy, RowAcceptance, verify_rows, widen
+from lilicorr.decoding.prefill import prefill_groups
 from lilicorr.decoding.proposal import DraftOutput, Proposal, Proposer
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import choose_token
@@ -105,12 +106,18 @@ class SpecEngine:
     # -- batch membership ---------------------------------------------------------------------------
     @torch.no_grad()
     def add(self, requests: list[Request]) -> list[SeqState]:
-        """Prefill new requests and join them to the running batch; returns their states.
+        """Prefill new requests and join them to the running batch; returns their states (in prefill order).
 
-        The first token each emits is the target's own sample after the prompt.
+        The first token each emits is the target's own sample after the prompt. Prompts of very different
+        lengths are prefilled in separate forwards (``prefill_groups``), so a long one does not pad the rest.
         """
-        if not requests:
-            return []
+        seqs: list[SeqState] = []
+        for group in prefill_groups([len(r.prompt_ids) for r in requests]):
+            seqs += self._prefill([requests[i] for i in group])
+        return seqs
+
+    def _prefill(self, requests: list[Request]) -> list[SeqState]:
+        """One prefill forward over ``requests`` (right-padded to the longest), joined to the running batch."""
         with self.timer.stage("target_verify"):
             state = self.target.new_state(len(requests))
             ids, mask = pad_right([r.prompt_ids for r in requests], pad=0)
