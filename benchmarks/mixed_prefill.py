@@ -36,7 +36,7 @@ def run(target, draft, prompts, max_tokens: int, grouped: bool) -> tuple[float, 
     engine = build_engine(target, SpecConfig(), draft) if draft is not None else build_engine(target)
     reqs = [Request(list(p), SamplingParams(max_tokens=max_tokens, ignore_eos=True)) for p in prompts]
     plan = engine_mod.prefill_groups if grouped else one_forward
-    with mock.patch.object(engine_mod, "prefill_groups", plan):
+    with mock.patch.object(engine_mod, "prefill_groups", plan, create=True):  # create: an engine before the groups
         t0 = time.perf_counter()
         engine.add(reqs)
         t1 = time.perf_counter()
@@ -57,6 +57,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--plans", nargs="+", choices=["one", "groups"], default=["one", "groups"])
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     dtype = resolve_dtype(args.dtype)
@@ -67,13 +68,14 @@ def main() -> None:
     prompts = [torch.randint(4, target.vocab_size, (n,), generator=g).tolist() for n in lengths]
     print(f"target {args.target} ({dtype}), drafter {args.draft}, prompts {args.short} x {args.short_len} + 1 x "
           f"{args.long_len}, {args.max_tokens} tokens each, {args.threads} threads")  # fmt: skip
-    runs: dict[bool, list[tuple[float, float, int]]] = {True: [], False: []}
+    plans = [p == "groups" for p in args.plans]
+    runs: dict[bool, list[tuple[float, float, int]]] = {g: [] for g in plans}
     run(target, draft, prompts[:2], 4, True)  # warm-up
     for r in range(args.repeats):
-        for grouped in (r % 2 == 0, r % 2 == 1):  # interleaved, the order alternating
+        for grouped in plans if r % 2 == 0 else plans[::-1]:  # interleaved, the order alternating
             runs[grouped].append(run(target, draft, prompts, args.max_tokens, grouped))
     print("plan          prefill_s  batch_s  tokens/s")
-    for grouped, name in ((False, "one forward"), (True, "length groups")):
+    for grouped, name in ((g, "length groups" if g else "one forward") for g in plans):
         pre = statistics.median(x[0] for x in runs[grouped])
         tot = statistics.median(x[1] for x in runs[grouped])
         print(f"{name:13s} {pre:9.2f} {tot:8.2f} {runs[grouped][0][2] / tot:9.1f}")

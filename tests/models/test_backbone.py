@@ -94,3 +94,32 @@ def test_default_target_layer_ids():
     assert default_target_layer_ids(36, 5) == [1, 9, 17, 25, 33]  # z-lab Qwen3-8B drafter
     assert default_target_layer_ids(4, 2) == [0, 3]
     assert len(set(default_target_layer_ids(5, 3))) == 3
+
+
+def test_grouped_attention_reads_kv_heads_in_repeat_interleave_order():
+    """Query head h reads K/V head h // (heads / kv_heads): the layout vLLM's and the checkpoints' GQA use."""
+    import torch.nn.functional as F
+
+    from lilicorr.models.backbone import DraftAttention
+    from lilicorr.models.layers import apply_rope, rope_cos_sin
+
+    cfg = small_cfg(lilicorr=False)
+    torch.manual_seed(0)
+    attn = DraftAttention(cfg).eval()
+    b, q, ctx = 2, cfg.block_size, 5
+    x = torch.randn(b, q, cfg.hidden_size)
+    pos = torch.arange(ctx, ctx + q).expand(b, q)
+    kv = attn.project_kv(torch.randn(b, ctx, cfg.hidden_size), torch.arange(ctx).expand(b, ctx))
+    mask = torch.rand(b, q, ctx + q) > 0.3
+    mask[..., ctx:] = True
+    out = attn(x, pos, kv, mask)
+    # the formula written out: every K/V head repeated for its consecutive query heads
+    qs = attn.q_norm(attn.q_proj(x).view(b, q, attn.nh, attn.hd)).transpose(1, 2)
+    cos, sin = rope_cos_sin(pos, attn.hd, attn.theta, x.dtype)
+    qs = apply_rope(qs, cos, sin)
+    kb, vb = attn.project_kv(x, pos)
+    rep = attn.nh // attn.nkv
+    k = torch.cat([kv[0], kb], 2).repeat_interleave(rep, 1)
+    v = torch.cat([kv[1], vb], 2).repeat_interleave(rep, 1)
+    ref = F.scaled_dot_product_attention(qs, k, v, attn_mask=mask[:, None]).transpose(1, 2).reshape(b, q, -1)
+    torch.testing.assert_close(out, attn.o_proj(ref))

@@ -57,9 +57,9 @@ class DraftAttention(nn.Module):
         kb, vb = self.project_kv(x, pos)
         k = torch.cat([ctx_kv[0], kb], dim=2)
         v = torch.cat([ctx_kv[1], vb], dim=2)
-        rep = self.nh // self.nkv
-        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        out = F.scaled_dot_product_attention(qs, k, v, attn_mask=mask[:, None])  # [batch, nh, q, hd]
+        # grouped K/V as they are (query head h reads K/V head h // (nh / nkv), repeat_interleave's order): no copy
+        # of the whole context per head group each step (runtime/attention.py measured that copy on the target)
+        out = F.scaled_dot_product_attention(qs, k, v, attn_mask=mask[:, None], enable_gqa=True)  # [batch, nh, q, hd]
         return self.o_proj(out.transpose(1, 2).reshape(b, q, self.nh * self.hd))
 
 

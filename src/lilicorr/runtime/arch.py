@@ -63,17 +63,6 @@ def attention_layout(config) -> AttentionLayout:
     return AttentionLayout(tuple(types), windows, getattr(text, "layer_types", None) is not None, impl == "eager")
 
 
-def whole_cache(config):
-    """A ``DynamicCache`` for ``config`` whose sliding-window layers keep every column: the runtime hides
-    out-of-window keys with its masks, and cropping by column count would cut live tokens once holes exist."""
-    from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
-
-    cache = DynamicCache(config=config)
-    cache.layers = [DynamicLayer() if isinstance(x, DynamicSlidingWindowLayer) else x for x in cache.layers]
-    return cache
-
-
 def live_positions(valid: torch.Tensor) -> torch.Tensor:
     """``[batch, cols]`` RoPE position of each cache column (its rank among the row's live columns; holes
     get their left neighbour's, and are masked anyway)."""

@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lilicorr.runtime.arch import attention_layout, drafter_support, layer_masks, live_positions, whole_cache
+from lilicorr.runtime.arch import attention_layout, drafter_support, layer_masks, live_positions
+from lilicorr.runtime.attention import use_grouped_sdpa
 from lilicorr.runtime.cache import CacheState, compaction_index, gather_columns, should_compact
 from lilicorr.runtime.folder import TargetError, check_folder, eos_ids
 
@@ -60,6 +61,7 @@ class TargetRuntime:
     ):
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
+        use_grouped_sdpa(self.model)  # grouped K/V without transformers' per-step copy (runtime/attention.py)
         self._host: dict[str, nn.Module] = {}
         self.tokenizer = tokenizer
         self.path = path
@@ -154,11 +156,10 @@ class TargetRuntime:
 
     # -- cache ------------------------------------------------------------------------------------
     def new_state(self, batch_size: int) -> CacheState:
-        from transformers import DynamicCache
+        from lilicorr.runtime.kv_layer import runtime_cache  # imports transformers: only when decoding
 
-        cfg = self.model.config
         return CacheState(
-            cache=whole_cache(cfg) if self.layout.window is not None else DynamicCache(config=cfg),
+            cache=runtime_cache(self.model.config),  # appends in place; windows kept whole, masked by the runtime
             valid=torch.zeros(batch_size, 0, dtype=torch.bool),
             lengths=torch.zeros(batch_size, dtype=torch.long),
         )
