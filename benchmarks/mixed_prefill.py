@@ -70,7 +70,7 @@ def main() -> None:
           f"{args.long_len}, {args.max_tokens} tokens each, {args.threads} threads")  # fmt: skip
     plans = [p == "groups" for p in args.plans]
     runs: dict[bool, list[tuple[float, float, int]]] = {g: [] for g in plans}
-    run(target, draft, prompts[:2], 4, True)  # warm-up
+    run(target, draft, prompts[:2], 4, plans[0])  # warm-up
     for r in range(args.repeats):
         for grouped in plans if r % 2 == 0 else plans[::-1]:  # interleaved, the order alternating
             runs[grouped].append(run(target, draft, prompts, args.max_tokens, grouped))

@@ -3,7 +3,7 @@
 transformers' ``sdpa`` attention copies every K/V head ``num_attention_heads / num_key_value_heads`` times
 (``repeat_kv``) whenever an attention mask is given, and this runtime always gives one (its cache has holes).
 For a decoding step that copy grows with the cache: SmolLM2-135M (9 query heads, 3 K/V heads) at batch 16 with
-one 2 048-token row spent 2.1 s of a 3.3 s step in it (profiled, docs/results/smollm2-serving-notes.md).
+one 2 048-token row spent 2.1 s of a profiled 3.3 s step in it (docs/results/smollm2-serving-notes.md).
 torch's own SDPA takes grouped K/V with a mask (``enable_gqa``) and gives the same result without the copy.
 
 ``lilicorr_sdpa`` is registered with transformers' ``AttentionInterface`` (and its mask function with

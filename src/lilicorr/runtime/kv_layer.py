@@ -1,8 +1,8 @@
 """A KV-cache layer that appends in place: transformers' ``DynamicLayer`` with spare capacity.
 
 ``DynamicLayer.update`` concatenates, so every decoding step copies the whole cache of every layer: SmolLM2-135M
-at batch 16 with one 2 048-token row copied ≈ 1.5 GB a step, 0.7 s of a 1.0 s step (profiled,
-docs/results/smollm2-serving-notes.md). This layer keeps its keys and values in a buffer that grows by half again
+at batch 16 with one 2 048-token row copied ≈ 1.5 GB a step, 0.7 s of a profiled 1.3 s step
+(docs/results/smollm2-serving-notes.md). This layer keeps its keys and values in a buffer that grows by half again
 when full (amortised O(1) per appended column) and exposes the filled part as a view, so the runtime's own cache
 edits (``keep_new`` writing in place, ``compact`` and ``select_rows`` replacing the tensors, ``crop``) work as on
 the layer it replaces. A sliding-window layer is replaced too: the runtime keeps every column and masks the
