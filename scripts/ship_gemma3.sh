@@ -13,6 +13,10 @@
 # REGEN_ENGINE (native: this project's engine, the one checked on Gemma; vllm where `make compat` built it, not
 # checked on Gemma here), REGEN_DTYPE (float32), CONCURRENCY (32), THREADS (2).
 source "$(dirname "$0")/env.sh"
+# Run in the background as `setsid nice -n 19 scripts/ship_gemma3.sh`: a niced session leader gives its session's
+# autogroup that niceness (as the campaign driver does, training/campaign_run.py), since across sessions the
+# scheduler shares the CPU by autogroup and ignores a process's own nice.
+if [ "$(nice)" -gt 0 ] && [ "$(ps -o sid= $$ | tr -d ' ')" = "$$" ]; then echo "$(nice)" > /proc/self/autogroup 2>/dev/null || true; fi
 TARGET=models/gemma3-270m
 STAGES=${STAGES:-prompts data features campaign}
 SHAREGPT_ROWS=${SHAREGPT_ROWS:-2048}
