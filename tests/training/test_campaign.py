@@ -72,6 +72,15 @@ def test_a_campaign_file_is_checked_key_by_key(tmp_path):
         load_campaign(tmp_path / "missing.toml")
 
 
+def test_a_plans_prompt_files_name_known_sets(tmp_path):
+    plan = _write(tmp_path, "t", "d", name="p")
+    plan.write_text(plan.read_text() + '[data]\nprompts = { "p/eval.jsonl" = ["mt-bench", "humaneval"] }\n')
+    assert load_campaign(plan).prompts == {"p/eval.jsonl": ["mt-bench", "humaneval"]}
+    plan.write_text(plan.read_text().replace('"humaneval"', '"humaneva"'))
+    with pytest.raises(ValueError, match=r"p\.toml \[data\] prompts: p/eval\.jsonl = .*expected a list of prompt sets"):
+        load_campaign(plan)
+
+
 def test_precision_follows_the_machine_unless_the_plan_names_it(tmp_path, monkeypatch):
     """A campaign outlives machines: bf16 autocast where bf16 is native, fp32 on an AVX2-only CPU (≈ 5× faster
     there); a plan's own ``bf16`` wins; and the precision may change when a run resumes on another machine."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from lilicorr.datagen.answer_pack import pack_answers
@@ -36,3 +38,21 @@ def test_a_missing_data_file_without_a_pack_is_named(tiny_target_dir, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"gone\.safetensors: the campaign's data file is missing"):
         prepare_data([], train, 1, tmp_path / "log")
     assert not (tmp_path / "f").exists()  # nothing started
+
+
+def test_missing_prompt_files_are_written_from_their_sets_once(monkeypatch, tmp_path):
+    import lilicorr.training.campaign_data as cd
+
+    sets = {"mt-bench": [{"id": "m1", "category": "writing", "messages": []}],
+            "humaneval": [{"id": "h1", "category": "humaneval", "messages": []}]}  # fmt: skip
+    calls = []
+    monkeypatch.setattr(cd, "load_set", lambda name: calls.append(name) or sets[name])
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("untouched\n")
+    out = tmp_path / "prompts" / "eval.jsonl"
+    prompts = {str(out): ["mt-bench", "humaneval"], str(kept): ["mt-bench"]}
+    events = cd.prepare_data([], {"target": "t"}, 1, tmp_path / "log", prompts)
+    assert events == [{"event": "prompts", "out": str(out), "sets": ["mt-bench", "humaneval"], "rows": 2}]
+    assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == ["m1", "h1"]  # in the listed order
+    assert kept.read_text() == "untouched\n" and calls == ["mt-bench", "humaneval"]
+    assert cd.prepare_data([], {"target": "t"}, 1, tmp_path / "log", prompts) == []  # nothing to do twice

