@@ -10,8 +10,9 @@
 #   4. features: the target's tapped hidden states of that file (packed cache)
 #   5. campaign: configs/campaign/gemma3-270m-v1.toml (DFlash and LiLiCorr, identical data, steps and seed)
 # Knobs: STAGES (default "prompts data features campaign"), SHAREGPT_ROWS (2048), CODE_ROWS (1024), NEW_TOKENS (256),
-# REGEN_ENGINE (native: this project's engine, the one checked on Gemma; vllm where `make compat` built it, not
-# checked on Gemma here), REGEN_DTYPE (float32), CONCURRENCY (32), THREADS (2).
+# REGEN_ENGINE (auto: vLLM where `make compat` built its venv — on Gemma 3 270M in fp32 its 32 greedy continuations
+# of 256 tokens equal this project's engine's token for token, at ≈ 7× its speed, 2026-12-05 —, else the native
+# engine), REGEN_DTYPE (float32), CONCURRENCY (32), THREADS (2).
 source "$(dirname "$0")/env.sh"
 # Run in the background as `setsid nice -n 19 scripts/ship_gemma3.sh`: a niced session leader gives its session's
 # autogroup that niceness (as the campaign driver does, training/campaign_run.py), since across sessions the
@@ -22,7 +23,7 @@ STAGES=${STAGES:-prompts data features campaign}
 SHAREGPT_ROWS=${SHAREGPT_ROWS:-2048}
 CODE_ROWS=${CODE_ROWS:-1024}
 NEW_TOKENS=${NEW_TOKENS:-256}
-ENGINE=${REGEN_ENGINE:-native}
+ENGINE=${REGEN_ENGINE:-auto}
 DTYPE=${REGEN_DTYPE:-float32}
 CONCURRENCY=${CONCURRENCY:-32}
 THREADS=${THREADS:-2}
