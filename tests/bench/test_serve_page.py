@@ -11,7 +11,8 @@ def test_the_serving_page_has_every_metric_and_one_figure(tmp_path):
         "config": {"target": "t", "max_tokens": 8, "temperatures": [0.0], "prompts": ["p"]},
         "arms": {
             "plain": [{"concurrency": c, "errors": 0, **level} for c in (1, 4)],
-            "spec": [{"concurrency": c, "errors": 1, **level, "output_tok_s": 9.5} for c in (1, 4)],
+            "spec": [{"concurrency": c, "errors": 1, "error_kinds": {"HTTP 500: slot busy": 1}, **level,
+                      "output_tok_s": 9.5} for c in (1, 4)],  # fmt: skip
         },
     }
     page = write_serve_page(results, tmp_path / "serving.md", "lilicorr bench serve --x")
@@ -20,6 +21,7 @@ def test_the_serving_page_has_every_metric_and_one_figure(tmp_path):
         assert f"## {LABELS[metric]}" in text
     assert "| spec | 9.5 | 9.5 |" in text and "| arm | c=1 | c=4 |" in text
     assert "Errors over all arms and levels: 2." in text and "`lilicorr bench serve --x`" in text
+    assert "- spec c=4: 1 × HTTP 500: slot busy" in text  # each failure named, not only counted
     assert [p.name for p in tmp_path.glob("*.png")] == ["serving.png"]
     assert "## Notes" not in text
     (tmp_path / "serving-notes.md").write_text("- read by hand\n")

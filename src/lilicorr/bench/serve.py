@@ -86,10 +86,13 @@ async def drive(url: str, model: str, prompts: list[dict], concurrency: int, n: 
     import httpx
 
     sem = asyncio.Semaphore(concurrency)
-    ttft, itl, tokens, errors = [], [], [], 0
+    ttft, itl, tokens = [], [], []
+    kinds: dict[str, int] = {}  # what failed: a failed request is named, not only counted
+
+    def failed(kind: str) -> None:
+        kinds[kind] = kinds.get(kind, 0) + 1
 
     async def one(client: httpx.AsyncClient, i: int) -> None:
-        nonlocal errors
         body = {
             "model": model,
             "messages": prompts[i % len(prompts)]["messages"],
@@ -104,7 +107,8 @@ async def drive(url: str, model: str, prompts: list[dict], concurrency: int, n: 
             try:
                 async with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
                     if r.status_code != 200:
-                        errors += 1
+                        body = (await r.aread()).decode(errors="replace")
+                        failed(f"HTTP {r.status_code}: {' '.join(body.split())[:160]}")
                         return
                     async for line in r.aiter_lines():
                         if not line.startswith("data: ") or line == "data: [DONE]":
@@ -115,8 +119,8 @@ async def drive(url: str, model: str, prompts: list[dict], concurrency: int, n: 
                             now = time.perf_counter()
                             (ttft.append(now - t0) if last is None else itl.append(now - last))
                             last = now
-            except httpx.HTTPError:
-                errors += 1
+            except httpx.HTTPError as e:
+                failed(f"{type(e).__name__}: {str(e)[:160]}")
                 return
             tokens.append(int(used["completion_tokens"]) if used else 0)
 
@@ -127,7 +131,8 @@ async def drive(url: str, model: str, prompts: list[dict], concurrency: int, n: 
     return {
         "concurrency": concurrency,
         "requests": n,
-        "errors": errors,
+        "errors": sum(kinds.values()),
+        "error_kinds": kinds,
         "wall_s": round(wall, 3),
         "output_tokens": sum(tokens),
         "output_tok_s": round(sum(tokens) / wall, 3),
@@ -305,6 +310,10 @@ def write_serve_page(results: dict, page: Path, command: str) -> Path:
     lines += [f"![serving metrics over concurrency]({png.name})", ""]
     errors = sum(lv["errors"] for lvs in arms.values() for lv in lvs)
     lines.append(f"Errors over all arms and levels: {errors}.")
+    for name, lvs in arms.items():
+        for lv in lvs:
+            for kind, count in lv.get("error_kinds", {}).items():
+                lines.append(f"- {name} c={lv['concurrency']}: {count} × {kind}")
     notes = page.with_name(f"{page.stem}-notes.md")  # the reading of the figures, kept by hand beside the page
     if notes.exists():
         lines += ["", "## Notes", "", notes.read_text().strip()]
