@@ -11,8 +11,10 @@ def test_the_serving_page_has_every_metric_and_one_figure(tmp_path):
         "config": {"target": "t", "max_tokens": 8, "temperatures": [0.0], "prompts": ["p"]},
         "arms": {
             "plain": [{"concurrency": c, "errors": 0, **level} for c in (1, 4)],
-            "spec": [{"concurrency": c, "errors": 1, "error_kinds": {"HTTP 500: slot busy": 1}, **level,
-                      "output_tok_s": 9.5} for c in (1, 4)],  # fmt: skip
+            "spec": [
+                {"concurrency": c, "errors": 1, "error_kinds": {"HTTP 500: slot busy": 1}, **level, "output_tok_s": 9.5}
+                for c in (1, 4)
+            ],  # fmt: skip
         },
     }
     page = write_serve_page(results, tmp_path / "serving.md", "lilicorr bench serve --x")
