@@ -18,16 +18,17 @@ def test_levels_interleave_arms_in_alternating_order(tmp_path, capsys):
     if not (DRAFT / "config.json").exists():
         pytest.fail(f"{DRAFT} missing: the tiny stack travels in git")
     arms = [ServeArm("plain"), ServeArm("drafter", {"model": str(DRAFT)})]
-    cfg = ServeBenchConfig(str(TARGET), arms, concurrencies=[1, 2, 3], requests_per_level=3, max_tokens=8)
+    cfg = ServeBenchConfig(str(TARGET), arms, concurrencies=[1, 3], requests_per_level=3, max_tokens=8, rounds=2)
     results = run_serve_bench(cfg, tmp_path)
     order = [line.split(" c=")[0] for line in capsys.readouterr().out.splitlines() if " c=" in line]
-    assert order == ["plain", "drafter", "drafter", "plain", "plain", "drafter"]
+    # reversed at every level, and each round starts where the last one's order left off
+    assert order == ["plain", "drafter", "drafter", "plain", "drafter", "plain", "plain", "drafter"]
     assert len(results["config"]["prompts"]) == 3  # one pool for every level
     for name in ("plain", "drafter"):
         levels = results["arms"][name]
-        assert [lv["concurrency"] for lv in levels] == [1, 2, 3]
+        assert [(lv["concurrency"], lv["round"]) for lv in levels] == [(1, 0), (1, 1), (3, 0), (3, 1)]
         assert all(lv["errors"] == 0 and lv["output_tokens"] > 0 and lv["rss_mib"] for lv in levels)
-        assert [lv["requests"] for lv in levels] == [3, 4, 6]  # at least 2 × concurrency
+        assert [lv["requests"] for lv in levels] == [3, 3, 6, 6]  # at least 2 × concurrency
     assert all(lv["tau"] is None for lv in results["arms"]["plain"])
     assert (tmp_path / "serve.json").exists()
 

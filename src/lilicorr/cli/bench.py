@@ -110,7 +110,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _bench_serve(args: argparse.Namespace) -> int:
-    from lilicorr.bench.serve import ServeArm, ServeBenchConfig, run_serve_bench, write_serve_page
+    from lilicorr.bench.serve import ServeArm, ServeBenchConfig, run_serve_bench
+    from lilicorr.bench.serve_page import write_serve_page
     from lilicorr.runtime.llama_server import LLAMA_SERVER
 
     arms = [ServeArm("plain")]
@@ -144,6 +145,7 @@ def _bench_serve(args: argparse.Namespace) -> int:
         args.temperatures,
         args.threads,
         args.seed,
+        rounds=args.rounds,
     )
     out = Path(args.out)
     results = run_serve_bench(cfg, out)
@@ -167,6 +169,7 @@ def _register_serve(sub) -> None:
     s.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7, 1.0], help="used in turn")
     s.add_argument("--threads", type=int, default=2, help="threads of each server")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--rounds", type=int, default=1, help="every level N times: median cells, ratios paired by round")
     s.add_argument("--out", default="runs/bench-serve")
     s.add_argument("--page", default=None, help="results page (default: OUT/serving.md); plots beside it")
     s.add_argument("--command-line", default=None, help="the command the page quotes (default: this one)")
