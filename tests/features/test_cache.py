@@ -32,7 +32,9 @@ def test_supervised_length_is_last_masked_column_plus_one():
 def test_cached_features_train_exactly_like_the_online_target(tiny_target_dir, regen_data, tmp_path, mode):
     """fp32 cache + fp32 training: same losses and validation as running the target every step."""
     cache = tmp_path / "feats"
-    meta = extract_features(str(tiny_target_dir), str(regen_data), str(cache), [0, 2], shard_size=16, dtype="float32")
+    # fp32 compute pinned: "auto" runs the target in bf16 on a CPU with native bf16, and this compares with fp32
+    meta = extract_features(str(tiny_target_dir), str(regen_data), str(cache), [0, 2], shard_size=16, dtype="float32",
+                            compute_dtype="float32")  # fmt: skip
     assert meta["sequences"] == 40 and meta["length"] == 32
     assert meta["timed_shards"] == 3 and meta["positions_per_s"] > 0  # 40 rows in shards of 16
     assert meta["disk_bytes"] == sum(f.stat().st_size for f in cache.glob("*.safetensors"))
@@ -98,7 +100,7 @@ def test_packed_rows_equal_the_target_features_up_to_each_rows_length(tiny_targe
     save_file(data, str(tmp_path / "short.safetensors"))
     cache = tmp_path / "feats"
     meta = extract_features(str(tiny_target_dir), str(tmp_path / "short.safetensors"), str(cache), [0, 2],
-                            shard_size=8, dtype="float32")  # fmt: skip
+                            shard_size=8, dtype="float32", compute_dtype="float32")  # fmt: skip
     assert meta["layout"] == "packed"
     lens = row_lengths(mask)
     store = FeatureStore(cache, data["tokens"], [0, 2])
