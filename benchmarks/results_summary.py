@@ -39,12 +39,16 @@ def _num(cell: str) -> float:
     return float(m.group()) if m else float("nan")
 
 
-def _metric_table(text: str, heading: str) -> dict[str, dict[int, float]]:
-    """A serving page's table under ``## heading``: arm → {concurrency: value}."""
+def _metric_table(text: str, heading: str, prefix: bool = False) -> dict[str, dict[int, float]]:
+    """A serving page's table under ``## heading`` (``prefix``: the first heading that starts so): arm →
+    {concurrency: value}."""
     lines = text.splitlines()
-    if f"## {heading}" not in lines:
+    starts = [
+        k for k, line in enumerate(lines) if line == f"## {heading}" or prefix and line.startswith(f"## {heading}")
+    ]
+    if not starts:
         return {}
-    i = lines.index(f"## {heading}") + 2
+    i = starts[0] + 2
     levels = [int(c.strip().removeprefix("c=")) for c in lines[i].strip().strip("|").split("|")[1:]]
     table = {}
     for row in lines[i + 2 :]:
@@ -57,13 +61,18 @@ def _metric_table(text: str, heading: str) -> dict[str, dict[int, float]]:
 
 def serving_rows(page: Path) -> list[str]:
     """For a serving page (``lilicorr bench serve``): each arm's output tokens/s over plain serving's, the lowest
-    and highest over the concurrency levels, and at concurrency 1."""
-    table = _metric_table(page.read_text(), "output tokens/s")
-    plain = table.get("plain", {})
+    and highest over the concurrency levels, and at concurrency 1 — the page's ratios paired within a round where
+    it has them (``--rounds``), else the ratio of its tokens/s cells."""
+    text = page.read_text()
+    ratios_by_arm = _metric_table(text, "output tokens/s × plain serving, paired by round", prefix=True)
+    if not ratios_by_arm:
+        table = _metric_table(text, "output tokens/s")
+        plain = table.get("plain", {})
+        ratios_by_arm = {arm: {c: v / plain[c] for c, v in by_c.items() if plain.get(c)}
+                         for arm, by_c in table.items() if arm != "plain"}  # fmt: skip
     out = []
-    for arm, by_c in table.items():
-        ratios = {c: v / plain[c] for c, v in by_c.items() if plain.get(c)}
-        if arm == "plain" or not ratios:
+    for arm, ratios in ratios_by_arm.items():
+        if not ratios:
             continue
         lo, hi = min(ratios, key=ratios.get), max(ratios, key=ratios.get)
         one = f", c=1 {ratios[1]:.2f}×" if 1 in ratios else ""
