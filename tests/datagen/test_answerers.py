@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -88,6 +89,30 @@ def test_vllm_worker_that_dies_is_a_named_error(fake_python):
 def test_vllm_without_its_venv_names_the_fix(tmp_path):
     with pytest.raises(FileNotFoundError, match="make compat"):
         VllmAnswerer("t", "float32", 4, 64, python=tmp_path / "nope" / "python")
+
+
+SPAWNING_WORKER = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # as vLLM's engine core is
+print("READY", flush=True)
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_closing_a_vllm_worker_ends_the_processes_it_started(tmp_path):
+    """A worker killed alone leaves vLLM's engine processes busy-waiting; close() takes them along."""
+    answerer = VllmAnswerer("unused-target", "float32", 4, 64, python=_fake_interpreter(tmp_path, SPAWNING_WORKER))
+    child = int(answerer.proc.stdout.readline())
+    assert Path(f"/proc/{child}").exists()
+    answerer.close()
+    for _ in range(50):  # the child is reaped by init once killed; its /proc entry goes soon after
+        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"child {child} of the closed worker still runs")
+    assert answerer.proc.poll() is not None
 
 
 ENV_WORKER = """

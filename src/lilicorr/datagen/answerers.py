@@ -20,8 +20,10 @@ into shards. An answer that ended at EOS ends with the EOS id, as the native eng
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -140,6 +142,23 @@ class LlamaCppAnswerer:
 VLLM_PYTHON = Path(".venv-compat/bin/python")
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux ``/proc``), deepest last; [] where it has none or is gone."""
+    out: list[int] = []
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            kids = [int(k) for k in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+        for kid in kids:
+            out += [kid, *descendants(kid)]
+    return out
+
+
 class VllmAnswerer:
     """vLLM's offline engine in the compat venv (a subprocess: vLLM pins its own packages). The worker
     loads the model first and says READY, so its start-up is not counted as answering time."""
@@ -186,8 +205,15 @@ class VllmAnswerer:
             raise RuntimeError(f"vLLM worker exited with {self.proc.returncode} (command: {' '.join(self.cmd)})")
 
     def close(self) -> None:
+        """The worker and everything it started: vLLM's engine core and model workers are its children and, left
+        behind by a killed worker, keep busy-waiting on the CPU (seen as orphaned ``VLLM::Worker`` processes)."""
+        kids = descendants(self.proc.pid)
         if self.proc.poll() is None:
             self.proc.kill()
+        for pid in kids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.proc.wait()
 
 
 class FixedAnswerer:
