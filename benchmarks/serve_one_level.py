@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from lilicorr.bench.serve import ServeArm, ServeBenchConfig, _OurServer, drive, serve_prompts
+from lilicorr.bench.serve import OurServer, ServeArm, ServeBenchConfig, drive, serve_prompts
 
 COUNTERS = ("lilicorr:spec_decode_policy_steps_total", "vllm:spec_decode_num_drafts_total",
             "vllm:spec_decode_num_accepted_tokens_total")  # fmt: skip
@@ -43,7 +43,7 @@ def main() -> None:
                            max_tokens=args.max_tokens, threads=args.threads)  # fmt: skip
     prompts = serve_prompts(args.requests)
     for arm in (ServeArm("plain"), ServeArm("draft", {"model": args.draft})):
-        with _OurServer(cfg, arm, Path(f"runs/serve-one-level/{arm.name}.log")) as srv:
+        with OurServer(cfg, arm, Path(f"runs/serve-one-level/{arm.name}.log")) as srv:
             asyncio.run(drive(srv.url, "bench", prompts, 1, 2, cfg))  # warm-up, as the bench does
             for c in args.concurrency:
                 before = counters(srv.url)

@@ -11,8 +11,8 @@
 #   5. campaign: configs/campaign/gemma3-270m-v1.toml (DFlash and LiLiCorr, identical data, steps and seed)
 # Knobs: STAGES (default "prompts data features campaign"), SHAREGPT_ROWS (2048), CODE_ROWS (1024), NEW_TOKENS (256),
 # REGEN_ENGINE (auto: vLLM where `make compat` built its venv — on Gemma 3 270M in fp32 its 32 greedy continuations
-# of 256 tokens equal this project's engine's token for token, at ≈ 7× its speed, 2026-12-05 —, else the native
-# engine), REGEN_DTYPE (float32), CONCURRENCY (32), THREADS (2).
+# of 256 tokens equal this project's engine's token for token, 2026-12-05; not timed side by side here —, else the
+# native engine), REGEN_DTYPE (float32), CONCURRENCY (32), THREADS (2).
 source "$(dirname "$0")/env.sh"
 # Run in the background as `setsid nice -n 19 scripts/ship_gemma3.sh`: a niced session leader gives its session's
 # autogroup that niceness (as the campaign driver does, training/campaign_run.py), since across sessions the

@@ -44,7 +44,7 @@ def test_servers_do_not_inherit_the_bench_s_own_openmp_spin(monkeypatch):
     monkeypatch.setattr(openmp, "competing_cores", lambda: 0.0)  # an idle machine: bench spins
     monkeypatch.delitem(sys.modules, "torch")  # openmp_spin acts only before torch loads
     assert openmp_spin("bench") == "10000" and CHOSEN_MARK in os.environ
-    env = dict(bench)  # what _OurServer hands the server
+    env = dict(bench)  # what OurServer hands the server
     monkeypatch.setattr(os, "environ", env)
     assert openmp_spin("serve") == "0"  # the server decides its own: no spin unless asked
     env.pop(CHOSEN_MARK)

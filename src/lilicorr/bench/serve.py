@@ -98,8 +98,8 @@ async def drive(url: str, model: str, prompts: list[dict], concurrency: int, n: 
             try:
                 async with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
                     if r.status_code != 200:
-                        body = (await r.aread()).decode(errors="replace")
-                        failed(f"HTTP {r.status_code}: {' '.join(body.split())[:160]}")
+                        reply = (await r.aread()).decode(errors="replace")
+                        failed(f"HTTP {r.status_code}: {' '.join(reply.split())[:160]}")
                         return
                     async for line in r.aiter_lines():
                         if not line.startswith("data: ") or line == "data: [DONE]":
@@ -159,7 +159,7 @@ def _rss_mib(pid: int) -> float | None:
     return None
 
 
-class _OurServer:
+class OurServer:
     """``lilicorr serve`` in a subprocess (``fixed`` arms: ``lilicorr.serve.run`` without the load policy)."""
 
     def __init__(self, cfg: ServeBenchConfig, arm: ServeArm, log: Path):
@@ -172,7 +172,7 @@ class _OurServer:
         if arm.spec is not None:
             self.cmd += ["--speculative-config", json.dumps(arm.spec)]
 
-    def __enter__(self) -> _OurServer:
+    def __enter__(self) -> OurServer:
         import httpx
 
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -201,7 +201,7 @@ class _OurServer:
 
 def _server(cfg: ServeBenchConfig, arm: ServeArm, out: Path):
     if arm.llama_gguf is None:
-        return _OurServer(cfg, arm, out / "logs" / f"{arm.name}.log")
+        return OurServer(cfg, arm, out / "logs" / f"{arm.name}.log")
     return LlamaServer(
         arm.llama_gguf,
         arm.llama_draft,

@@ -151,13 +151,12 @@ def _draft_vocab(args: argparse.Namespace) -> int:
 
 
 def _prompts(args: argparse.Namespace) -> int:
-    from lilicorr.data.atomic import atomic_write_text
-    from lilicorr.data.prompt_sets import load_set
+    from lilicorr.data.prompt_sets import load_set, write_prompt_rows
 
     rows = load_set(args.set)
     if args.limit:
         rows = rows[: args.limit]
-    atomic_write_text(Path(args.out), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    write_prompt_rows(Path(args.out), rows)
     cats: dict[str, int] = {}
     for r in rows:
         cats[r["category"]] = cats.get(r["category"], 0) + 1

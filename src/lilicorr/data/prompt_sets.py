@@ -163,6 +163,14 @@ def load_set(name: str) -> list[dict]:
     raise ValueError(f"prompt set {name!r}: expected one of {SETS}")
 
 
+def write_prompt_rows(path: Path, rows: list[dict]) -> None:
+    """The prompts JSONL ``lilicorr data prompts`` writes (one row a line, atomically): the file packs hash."""
+    from lilicorr.data.atomic import atomic_write_text
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
 def read_prompt_rows(path: Path) -> list[dict]:
     """A prompts JSONL (rows with ``messages`` or ``prompt``), every row checked."""
     rows = []

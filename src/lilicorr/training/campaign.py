@@ -111,10 +111,9 @@ def _prompt_files(where: str, table: object) -> dict[str, list[str]]:
         raise ValueError(f"{where}: expected a table of file = [set, …], found {type(table).__name__}")
     out = {}
     for file, sets in table.items():
-        names = [sets] if isinstance(sets, str) else sets
-        if not isinstance(names, list) or not names or any(n not in SETS for n in names):
+        if not isinstance(sets, list) or not sets or any(n not in SETS for n in sets):
             raise ValueError(f"{where}: {file} = {sets!r}: expected a list of prompt sets from {SETS}")
-        out[str(file)] = [str(n) for n in names]
+        out[str(file)] = list(sets)
     return out
 
 

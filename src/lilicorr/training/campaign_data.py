@@ -19,8 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from lilicorr.data.atomic import atomic_write_text
-from lilicorr.data.prompt_sets import load_set
+from lilicorr.data.prompt_sets import load_set, write_prompt_rows
 from lilicorr.datagen.answer_pack import read_pack
 
 
@@ -66,8 +65,7 @@ def write_prompt_files(prompts: dict[str, list[str]]) -> list[dict]:
         if Path(file).exists():
             continue
         rows = [row for name in sets for row in load_set(name)]
-        Path(file).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(Path(file), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        write_prompt_rows(Path(file), rows)
         events.append({"event": "prompts", "out": file, "sets": sets, "rows": len(rows)})
     return events
 
