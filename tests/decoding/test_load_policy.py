@@ -114,6 +114,63 @@ def test_overheads_borrow_the_nearest_measured_size_pessimistically():
     assert o(1) == pytest.approx(0.004)  # smaller: not scaled down
 
 
+def test_one_slow_step_does_not_move_an_overhead():
+    o = Overheads()
+    for _ in range(6):
+        o.record(2, 0.001)
+    o.record(2, 0.150)  # a request finished, the batch was reshaped, another thread held the interpreter
+    assert o(2) == pytest.approx(0.001)
+
+
+def test_a_stale_drafter_cost_from_a_loaded_batch_is_forgotten():
+    """Measured on a server: drafts under load (batch 32, where the start-up cost curve is extrapolated) left
+    a drafter cost so large that, back at batch 2 with drafts that pay, it never drafted again. Now the verify's
+    own time is charged to the verify, and what the policy has not measured lately is measured again."""
+    policy = LoadPolicy(7, CPU)
+    rows = [RowAcceptance() for _ in range(2)]
+    for _ in range(20):  # good drafts at batch 2: the curve learns that they pay
+        policy.record(StepPlan(2, 7, [0, 1], 1.0, 1.0), rows, [list(range(6))] * 2, 0.020, verify_seconds=0.017)
+    loaded = [RowAcceptance() for _ in range(32)]
+    for _ in range(5):  # under load: verify passes 4x the curve's prediction, and each draft step slow
+        plan = StepPlan(32, 7, [0, 1], 1.0, 1.0)
+        verify = 4 * CPU(32, 8)
+        policy.record(plan, loaded, [list(range(6))] * 2, verify + 0.004, verify_seconds=verify)
+    assert policy.extra_draft(2) < 0.005  # the verify's time was not charged to the drafter
+    steps = 0
+    while policy.plan(rows).width == 0:  # back at batch 2
+        policy.record(policy.last, rows, [], 0.017, verify_seconds=0.016)
+        steps += 1
+        assert steps <= policy.extra_draft.horizon + 1, "a stale cost kept the policy from drafting"
+
+
+def test_a_stale_plain_cost_is_forgotten_too():
+    """The other way round: one slow plain step must not keep a server drafting at a loss for good."""
+    policy = LoadPolicy(3, CPU)
+    rows = [RowAcceptance(), RowAcceptance()]
+    policy.record(StepPlan(2, 0, [], 1.0, 1.0), rows, [], 0.150, verify_seconds=0.016)  # one slow plain step
+    steps = 0
+    while True:
+        plan = policy.plan(rows)
+        if plan.width == 0:
+            break
+        # drafts that return nothing and cost 30 ms a step
+        policy.record(plan, rows, [[0]] * len(plan.rows), 0.030, verify_seconds=0.016)
+        steps += 1
+        assert steps <= policy.extra_plain.horizon + 1, "a stale plain cost kept the policy drafting"
+
+
+def test_verify_time_scales_the_cost_curve_by_batch_and_kind():
+    policy = LoadPolicy(3, CPU)
+    rows = [RowAcceptance()]
+    assert policy.verify_cost(1, 4) == pytest.approx(CPU(1, 4))  # nothing measured: the curve
+    policy.record(StepPlan(1, 0, [], 1.0, 1.0), rows, [], 0.040, verify_seconds=2 * CPU(1, 1))
+    assert policy.verify_cost(1, 1) == pytest.approx(2 * CPU(1, 1))
+    assert policy.verify_cost(1, 4) == pytest.approx(2 * CPU(1, 4))  # the wide kind borrows the plain scale
+    policy.record(StepPlan(1, 3, [0], 1.0, 1.0), rows, [[0]], 0.040, verify_seconds=3 * CPU(1, 4))
+    assert policy.verify_cost(1, 4) == pytest.approx(3 * CPU(1, 4))  # … until it is measured itself
+    assert policy.verify_cost(1, 1) == pytest.approx(2 * CPU(1, 1))
+
+
 class RandomPlans(LoadPolicy):
     """Widths 0…n and drafting rows drawn at random, independently of the target: any such plan must stay
     lossless, and random draws exercise paused rows beside drafting ones, every width and plain steps."""

@@ -77,7 +77,7 @@ async def drive(url: str, model: str, prompts: list[dict], concurrency: int, n: 
     import httpx
 
     sem = asyncio.Semaphore(concurrency)
-    ttft, itl, tokens = [], [], []
+    ttft, itl, tpot, tokens = [], [], [], []
     kinds: dict[str, int] = {}  # what failed: a failed request is named, not only counted
 
     def failed(kind: str) -> None:
@@ -94,7 +94,7 @@ async def drive(url: str, model: str, prompts: list[dict], concurrency: int, n: 
             "stream_options": {"include_usage": True},
         }
         async with sem:
-            t0, last, used = time.perf_counter(), None, None
+            t0, last, used, ttft_of_this = time.perf_counter(), None, None, 0.0
             try:
                 async with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
                     if r.status_code != 200:
@@ -108,12 +108,18 @@ async def drive(url: str, model: str, prompts: list[dict], concurrency: int, n: 
                         used = chunk.get("usage") or used
                         if chunk.get("choices") and (chunk["choices"][0].get("delta") or {}).get("content"):
                             now = time.perf_counter()
-                            (ttft.append(now - t0) if last is None else itl.append(now - last))
+                            if last is None:
+                                ttft_of_this = now - t0
+                                ttft.append(ttft_of_this)
+                            else:
+                                itl.append(now - last)
                             last = now
             except httpx.HTTPError as e:
                 failed(f"{type(e).__name__}: {str(e)[:160]}")
                 return
             tokens.append(int(used["completion_tokens"]) if used else 0)
+            if last is not None and tokens[-1] > 1:  # vLLM's TPOT: the stream's time per token after the first
+                tpot.append((last - t0 - ttft_of_this) / (tokens[-1] - 1))
 
     t0 = time.perf_counter()
     async with httpx.AsyncClient(timeout=cfg.level_timeout_s) as client:
@@ -130,6 +136,7 @@ async def drive(url: str, model: str, prompts: list[dict], concurrency: int, n: 
         "req_s": round(len(tokens) / wall, 4),
         **{f"ttft_p{q}": _pct(ttft, q / 100) for q in (50, 99)},
         **{f"itl_p{q}": _pct(itl, q / 100) for q in (50, 99)},
+        **{f"tpot_p{q}": _pct(tpot, q / 100) for q in (50, 99)},
     }
 
 

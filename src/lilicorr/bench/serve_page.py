@@ -12,7 +12,9 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-METRICS = ("output_tok_s", "req_s", "ttft_p50", "ttft_p99", "itl_p50", "itl_p99", "tau", "rss_mib")
+METRICS = (
+    "output_tok_s", "req_s", "ttft_p50", "ttft_p99", "itl_p50", "itl_p99", "tpot_p50", "tpot_p99", "tau", "rss_mib"
+)  # fmt: skip
 LABELS = {
     "output_tok_s": "output tokens/s",
     "req_s": "requests/s",
@@ -20,10 +22,13 @@ LABELS = {
     "ttft_p99": "TTFT p99 (s)",
     "itl_p50": "inter-token latency p50 (s)",
     "itl_p99": "inter-token latency p99 (s)",
+    "tpot_p50": "time per output token p50 (s)",
+    "tpot_p99": "time per output token p99 (s)",
     "tau": "τ (server counters)",
     "rss_mib": "server resident memory (MiB)",
 }
 BASE = "plain"  # the arm every ratio is taken against
+PAIRED = ("output_tok_s", "itl_p99", "tpot_p99")  # the goals' metrics, as ratios to plain serving
 
 
 def median_by_level(levels: list[dict], metric: str) -> dict[int, float]:
@@ -80,15 +85,19 @@ def write_serve_page(results: dict, page: Path, command: str) -> Path:
         f"Target `{cfg['target']}`, {cfg['max_tokens']} output tokens at most, temperatures {cfg['temperatures']} in "
         f"turn, {len(cfg['prompts'])} prompts (ShareGPT, MT-Bench, HumanEval in turn) drawn in turn at every level, "
         "streamed chat completions; ITL is the gap between streamed chunks (a speculative step can send several "
-        "tokens at once). All servers stay up for the whole run; each level runs the arms one after another, the "
-        "order reversed at every level, so a drift in the machine's speed reaches every arm alike. "
+        "tokens at once, so its gaps are fewer and longer), TPOT a request's stream time after its first token over "
+        "its tokens after the first (vLLM's definitions; percentiles over requests). All servers stay up for the "
+        "whole run; each level runs the arms one after another, the order reversed "
+        "at every level, so a drift in the machine's speed reaches every arm alike. "
         + (f"{rounds} rounds of every level: each table cell is the median over the rounds." if rounds > 1 else ""),
         "",
     ]
-    ratios = paired_ratios(arms)
-    if ratios:
-        spread = " (range over the rounds)" if rounds > 1 else ""
-        lines += [f"## output tokens/s × {BASE} serving, paired by round: median{spread}", "", header]
+    spread = " (range over the rounds)" if rounds > 1 else ""
+    for metric in PAIRED:
+        ratios = paired_ratios(arms, metric)
+        if not ratios:
+            continue
+        lines += [f"## {LABELS[metric]} × {BASE} serving, paired by round: median{spread}", "", header]
         lines.append("|---|" + "---:|" * len(levels))
         for name, by_c in ratios.items():
             lines.append(f"| {name} | " + " | ".join(_ratio_cell(by_c.get(c)) for c in levels) + " |")
