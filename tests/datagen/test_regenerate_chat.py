@@ -131,3 +131,30 @@ def test_fixed_engine_stores_the_rows_own_answers(tiny_target_dir, tmp_path):
     with pytest.raises(ValueError, match="'answer'"):
         regenerate(cfg)
     assert not (tmp_path / "f2.safetensors").exists()
+
+
+def test_skip_prompts_continues_the_set_after_an_earlier_run(tiny_target_dir, tmp_path):
+    """``--skip-prompts N`` starts after the first N prompts that fit (a too-long prompt is not counted), so a
+    second file holds exactly the rows after the first one's, in its own shards."""
+    from transformers import AutoTokenizer
+
+    from lilicorr.data.chat import row_ids
+
+    rows, prompts = _chat_prompts(tmp_path, 7)
+    rows.insert(1, {"id": "long", "messages": [{"role": "user", "content": "word " * 400}]})  # never fits
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    common = dict(target=str(tiny_target_dir), corpus="unused", new_tokens=4, shard_size=2, concurrency=2,
+                  engine="native", prompts=str(prompts), max_prompt_tokens=64, sampled_fraction=0.0)  # fmt: skip
+    first = RegenConfig(out=str(tmp_path / "first.safetensors"), num_sequences=3, **common)
+    rest = RegenConfig(out=str(tmp_path / "rest.safetensors"), num_sequences=100, skip_prompts=3, **common)
+    regenerate(first)
+    meta = regenerate(rest)
+    tok = AutoTokenizer.from_pretrained(tiny_target_dir)
+    fitting = [r for r in rows if r["id"] != "long"]
+    got = load_regenerated(tmp_path / "rest.safetensors")["tokens"]
+    assert meta["sequences"] == 4
+    for i, row in enumerate(fitting[3:]):
+        ids = row_ids(tok, row)
+        assert got[i, : len(ids)].tolist() == ids
+    layout = json.loads((tmp_path / "rest.safetensors.shards" / "manifest.json").read_text())["layout"]
+    assert layout["skip_prompts"] == 3

@@ -171,6 +171,57 @@ def test_verify_time_scales_the_cost_curve_by_batch_and_kind():
     assert policy.verify_cost(1, 1) == pytest.approx(2 * CPU(1, 1))
 
 
+def test_measured_outcomes_overrule_a_prediction_that_loses():
+    """The curve and acceptance say drafting pays at batch 4 (predicted 400 tokens/s against 235 for plain), but
+    drafting steps delivered 40: the policy serves plain steps — and, once that evidence is ``horizon`` steps
+    old, drafts again to see whether it still loses."""
+    policy = LoadPolicy(3, CPU)
+    rows = [RowAcceptance() for _ in range(4)]
+    for _ in range(10):  # drafts accepted in full (the curve learns they pay), but each step slow: 16 tokens/0.4 s
+        plan = StepPlan(4, 3, [0, 1, 2, 3], 400.0, 235.0)
+        policy.record(plan, rows, [[0, 1, 2, 3]] * 4, 0.4, verify_seconds=0.016)
+    for _ in range(3):  # plain steps as predicted: 4 tokens in 0.017 s
+        policy.record(StepPlan(4, 0, [], 400.0, 235.0), rows, [], 0.017, verify_seconds=0.016)
+    assert plan_step(policy.gains(rows), policy.verify_cost, [0.0] * 4, 0.0).width > 0  # the prediction drafts
+    assert policy.plan(rows).width == 0  # the outcomes do not
+    steps = 0
+    while policy.plan(rows).width == 0:
+        policy.record(policy.last, rows, [], 0.017, verify_seconds=0.016)
+        steps += 1
+        assert steps <= policy.realised.horizon + 1, "the losing action was never tried again"
+    assert steps > 10
+
+
+def test_measured_outcomes_overrule_a_prediction_that_would_not_draft():
+    """Predicted: drafting 90 tokens/s against plain's 100; delivered: 400 against 100. It drafts."""
+    policy = LoadPolicy(3, CPU)
+    rows = [RowAcceptance() for _ in range(2)]
+    for _ in range(3):
+        policy.record(StepPlan(2, 3, [0, 1], 90.0, 100.0), rows, [[0, 1, 2, 3]] * 2, 0.02, verify_seconds=0.016)
+        policy.record(StepPlan(2, 0, [], 90.0, 100.0), rows, [], 0.02, verify_seconds=0.016)
+    for _ in range(9):  # a drafter cost measured too high (fresh: not forgotten yet): the prediction says plain
+        policy.extra_draft.record(1, 0.14)
+        policy.extra_draft.record(2, 0.14)
+    assert plan_step(policy.gains(rows), policy.verify_cost, [0.14, 0.14], policy.extra_plain(2)).width == 0
+    assert policy.plan(rows).width > 0  # drafting's steps delivered 4.4x its predictions, plain's 1x
+
+
+def test_outcomes_are_compared_to_their_own_predictions_not_across_request_classes():
+    """Greedy requests draft (400 tokens/s, as predicted) and sampled ones were left plain (60 tokens/s, as
+    predicted): each action delivered what it promised, so nothing is corrected — a sampled request whose
+    prediction says plain stays plain, though drafting's raw rate is higher."""
+    policy = LoadPolicy(3, CPU)
+    greedy, sampled = [RowAcceptance()], [RowAcceptance(sampled=True)]
+    for _ in range(3):
+        policy.record(StepPlan(1, 3, [0], 400.0, 60.0), greedy, [[0, 1, 2, 3]], 0.01, verify_seconds=0.008)
+        policy.record(StepPlan(1, 0, [], 50.0, 60.0), sampled, [], 1 / 60, verify_seconds=0.015)
+    assert policy.realised.factors(1) == (pytest.approx(1.0), pytest.approx(1.0))
+    for _ in range(30):  # the sampled class never accepts: its prediction says plain
+        policy.record(StepPlan(1, 3, [0], 50.0, 60.0), [RowAcceptance(sampled=True)], [[0]], 0.03, 0.016)
+    policy.realised.steps.clear()
+    assert policy.plan(sampled).width == 0
+
+
 class RandomPlans(LoadPolicy):
     """Widths 0…n and drafting rows drawn at random, independently of the target: any such plan must stay
     lossless, and random draws exercise paused rows beside drafting ones, every width and plain steps."""

@@ -79,7 +79,9 @@ def data_card(cfg: dict, manifest: dict, command: str, total_rows: int, merged: 
         f"| status | {status} |",
         f"| command | `{command}` |",
         f"| target | `{cfg['target']}` |",
-        f"| prompts | {prompts}, file order; prompts over {cfg['max_prompt_tokens']} tokens skipped |",
+        f"| prompts | {prompts}, file order; prompts over {cfg['max_prompt_tokens']} tokens skipped"
+        + (f"; starts after the first {cfg['skip_prompts']} that fit" if cfg.get("skip_prompts") else "")
+        + " |",
         f"| prompt format | {fmt} |",
         f"| sampling | {sampling} |",
         f"| answers | at most {cfg['new_tokens']} tokens; {eos} of {rows} rows end at EOS |",

@@ -59,6 +59,8 @@ class RegenConfig:
     split: str = option("train", "corpus split for prompt windows")
     prompts: str | None = option(None, "prompts JSONL (chat rows, e.g. from `data prompts sharegpt`)")
     max_prompt_tokens: int = option(256, "prompt rows: skip longer (templated) prompts")
+    skip_prompts: int = option(0, "prompt rows: start after the first N prompts that fit (the rows an earlier "
+                               "run made with --num-sequences N), so a new file continues the set")  # fmt: skip
     text_format: str = option("auto", "prompt rows as: chat (the target's template) | raw (the row's text, "
                               "continued) | auto (raw for a target without a chat template)",
                               choices=TEXT_FORMATS)  # fmt: skip
@@ -85,12 +87,16 @@ def _chat_rows(cfg: RegenConfig, tokenizer, eos: frozenset[int]) -> list[tuple[l
 
     fixed = cfg.engine == "fixed"
     out = []
+    skip = cfg.skip_prompts
     for row in read_prompt_rows(Path(cfg.prompts)):
         has_answer = isinstance(row.get("answer"), str)
         if fixed and not has_answer:
             continue
         ids = text_ids(tokenizer, raw_text(row)) if raw else row_ids(tokenizer, row, chat=True)
         if len(ids) > cfg.max_prompt_tokens:
+            continue
+        if skip:  # one that fits, made by the earlier run
+            skip -= 1
             continue
         ref = tokenizer.encode(row["answer"], add_special_tokens=False) + [min(eos)] if has_answer else None
         out.append((ids, ref))
@@ -222,6 +228,8 @@ def regenerate(cfg: RegenConfig) -> dict:
         layout["text_format"] = "raw"
     if cfg.categories != "code,prose" and not cfg.prompts:
         layout["categories"] = cfg.categories
+    if cfg.skip_prompts and cfg.prompts:  # other rows: never the same shards as a run from the first prompt
+        layout["skip_prompts"] = cfg.skip_prompts
     manifest = Manifest(shard_dir, layout)
     S = cfg.shard_size
     n_shards = (len(jobs) + S - 1) // S

@@ -178,6 +178,42 @@ class VerifyScale:
 
 
 @dataclass
+class Realised:
+    """How far each action's predicted tokens per second were from what its steps delivered, by batch size and
+    action (drafting or plain): Σ tokens over Σ predicted rate × seconds of a key's last ``window`` steps that
+    are at most ``horizon`` steps old. The plan is a prediction (cost curve, acceptance estimates); this is the
+    outcome. Where both actions were measured lately at this batch size, each action's predicted value is
+    scaled by its factor before they are compared (``LoadPolicy.plan``) — the goal is never to serve slower
+    than plain steps would, whatever the prediction got wrong. A ratio, not a rate: the rows that draft and
+    those left plain differ (greedy requests draft, sampled ones pause), so their raw rates are not comparable,
+    while each prediction already knows its rows."""
+
+    window: int = 16
+    horizon: int = 64
+    min_steps: int = 3  # fewer fresh steps of either action: no correction
+    clock: int = 0
+    steps: dict[tuple[int, bool], deque] = field(default_factory=dict)  # (batch, drafting) → (step, tokens, pred)
+
+    def tick(self) -> None:
+        self.clock += 1
+
+    def record(self, batch: int, drafting: bool, tokens: int, predicted_rate: float, seconds: float) -> None:
+        key = (batch, drafting)
+        self.steps.setdefault(key, deque(maxlen=self.window)).append((self.clock, tokens, predicted_rate * seconds))
+
+    def _factor(self, batch: int, drafting: bool) -> float | None:
+        got = [s for s in self.steps.get((batch, drafting), ()) if self.clock - s[0] <= self.horizon]
+        if len(got) < self.min_steps:
+            return None
+        return sum(s[1] for s in got) / max(sum(s[2] for s in got), 1e-12)
+
+    def factors(self, batch: int) -> tuple[float, float]:
+        """(drafting, plain): realised over predicted; (1, 1) unless both were measured lately."""
+        draft, plain = self._factor(batch, True), self._factor(batch, False)
+        return (draft, plain) if draft is not None and plain is not None else (1.0, 1.0)
+
+
+@dataclass
 class LoadPolicy:
     """Plans each step (``plan``) and learns from it (``record``); ``last`` is what ``/metrics`` shows."""
 
@@ -194,6 +230,7 @@ class LoadPolicy:
     extra_draft: Overheads = field(default_factory=Overheads)
     extra_plain: Overheads = field(default_factory=Overheads)
     verify_scale: VerifyScale = field(default_factory=VerifyScale)
+    realised: Realised = field(default_factory=Realised)
     last: StepPlan | None = None
 
     def __post_init__(self) -> None:
@@ -216,10 +253,17 @@ class LoadPolicy:
         return self.cost(batch, width) * self.verify_scale(batch, width > 1)
 
     def plan(self, rows: list[RowAcceptance]) -> StepPlan:
+        """The best drafting plan against a plain step, each predicted value scaled by how its action's steps
+        at this batch size delivered against their predictions lately (``Realised``). A correction lasts until
+        its evidence is ``horizon`` steps old, so the losing action is tried again now and then."""
         b = len(rows)
         extra = [self.extra_draft(k) for k in range(1, b + 1)]
-        self.last = plan_step(self.gains(rows), self.verify_cost, extra, self.extra_plain(b), self.margin)
-        return self.last
+        best = plan_step(self.gains(rows), self.verify_cost, extra, self.extra_plain(b), margin=-1.0)
+        draft_k, plain_k = self.realised.factors(b)
+        if best.width and best.value * draft_k <= best.plain_value * plain_k * (1.0 + self.margin):
+            best = StepPlan(b, 0, [], best.value, best.plain_value)  # values stay the raw predictions
+        self.last = best
+        return best
 
     def record(
         self,
@@ -234,8 +278,10 @@ class LoadPolicy:
         verify's own time goes to ``verify_scale`` and only the rest to the overheads, so a cost curve that is
         off at this size is not charged to the drafter."""
         b, w = plan.batch, plan.width
-        for clock in (self.extra_draft, self.extra_plain, self.verify_scale):
+        for clock in (self.extra_draft, self.extra_plain, self.verify_scale, self.realised):
             clock.tick()
+        predicted = plan.value if w else plan.plain_value
+        self.realised.record(b, w > 0, b + sum(len(p) - 1 for p in paths), predicted, seconds)
         if verify_seconds is not None:
             self.verify_scale.record(b, w > 0, verify_seconds / max(self.cost(b, w + 1), 1e-12))
         verify = self.verify_cost(b, w + 1) if verify_seconds is None else verify_seconds
