@@ -108,3 +108,33 @@ def test_a_paused_step_is_not_training_time(tmp_path, monkeypatch):
     assert run.state["elapsed_s"] == pytest.approx(52.0)
     events = [json.loads(x) for x in (tmp_path / "train.log").read_text().splitlines() if '"pause"' in x]
     assert [(e["step"], e["seconds"]) for e in events] == [(11, 600.0)]
+
+
+def _data(path, tokens: torch.Tensor) -> str:
+    from safetensors.torch import save_file
+
+    save_file({"tokens": tokens, "loss_mask": tokens > 2, "sampled": torch.zeros(len(tokens), dtype=torch.bool)}, path)
+    return str(path)
+
+
+def test_resume_takes_data_that_only_grew_and_refuses_other_data(tmp_path):
+    """A campaign's data may grow between segments (the old file merged with newly regenerated rows): resumed
+    when the new file's first rows are the old rows, token for token; refused when any of them differs."""
+    g = torch.Generator().manual_seed(0)
+    old = torch.randint(0, 9, (6, 5), generator=g)
+    more = torch.randint(0, 9, (4, 5), generator=g)
+    a = _data(tmp_path / "a.safetensors", old)
+    grown = _data(tmp_path / "grown.safetensors", torch.cat([old, more]))
+    changed = old.clone()
+    changed[3, 2] = (changed[3, 2] + 1) % 9
+    other = _data(tmp_path / "other.safetensors", torch.cat([changed, more]))
+    config = {"data": a, "max_sequences": 6, "lr": 1e-3}
+    first, _ = _run(tmp_path / "run", config, resume=False)
+    first.finish_step({"loss": 1.0})
+    first.close()
+    again, _ = _run(tmp_path / "run", {**config, "data": grown, "max_sequences": 10}, resume=True)
+    assert again.step == 1 and "data extended" in again.state["data_changes"][0]["note"]
+    with pytest.raises(ValueError, match="data: checkpoint"):
+        _run(tmp_path / "run", {**config, "data": other, "max_sequences": 10}, resume=True)
+    with pytest.raises(ValueError, match="max_sequences: checkpoint 6, this run 4"):  # fewer rows: not a growth
+        _run(tmp_path / "run", {**config, "data": grown, "max_sequences": 4}, resume=True)

@@ -43,9 +43,38 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
+# A run's data may grow: a file whose first rows are exactly the checkpoint's (``data_extends``), e.g. a merge of
+# the old file and newly regenerated rows — the held-out first rows stay the same, the rest is more to learn from.
+DATA_KEYS = frozenset({"data", "max_sequences"})
+
+
+def data_extends(saved: dict, current: dict) -> str | None:
+    """A note when ``current``'s data is the checkpoint's data extended (its first rows are the checkpoint's rows,
+    token for token and mask for mask, and it may use more of them), else None."""
+    if all(saved.get(k) == current.get(k) for k in DATA_KEYS) or not saved.get("data") or not current.get("data"):
+        return None
+    from lilicorr.datagen.regenerate import load_regenerated
+
+    try:
+        old, new = load_regenerated(saved["data"]), load_regenerated(current["data"])
+    except (OSError, ValueError, KeyError):
+        return None  # the old file is gone or unreadable: nothing proves an extension
+    n_old = min(int(saved.get("max_sequences") or 1 << 62), old["tokens"].shape[0])
+    n_new = min(int(current.get("max_sequences") or 1 << 62), new["tokens"].shape[0])
+    if n_new < n_old or old["tokens"].shape[1] != new["tokens"].shape[1]:
+        return None
+    for key in ("tokens", "loss_mask"):
+        if not torch.equal(old[key][:n_old], new[key][:n_old]):
+            return None
+    return f"data extended: {saved['data']} ({n_old} rows) -> {current['data']} ({n_new} rows), same first rows"
+
+
 def config_mismatch(saved: dict, current: dict) -> list[str]:
-    """The options (besides ``RESUMABLE_CHANGES``) whose values differ between a checkpoint's run and this one."""
-    keys = sorted((saved.keys() | current.keys()) - RESUMABLE_CHANGES)
+    """The options (besides ``RESUMABLE_CHANGES``, and the data when it only grew) whose values differ between a
+    checkpoint's run and this one."""
+    keys = sorted(
+        (saved.keys() | current.keys()) - RESUMABLE_CHANGES - (DATA_KEYS if data_extends(saved, current) else set())
+    )
     return [
         f"{k}: checkpoint {saved.get(k)!r}, this run {current.get(k)!r}" for k in keys if saved.get(k) != current.get(k)
     ]
@@ -88,6 +117,10 @@ class TrainRun:
                         + "; ".join(diff)
                         + ". Pass another --run-dir, or drop --resume to start this run from scratch there."
                     )
+                grown = data_extends(ck["config"], config)
+                if grown:
+                    tqdm.write(grown)
+                    ck["state"].setdefault("data_changes", []).append({"step": ck["state"]["step"], "note": grown})
             model.load_state_dict(ck["model"])
             opt.load_state_dict(ck["opt"])
             gen.set_state(ck["gen"])
