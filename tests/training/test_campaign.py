@@ -81,6 +81,15 @@ def test_a_plans_prompt_files_name_known_sets(tmp_path):
         load_campaign(plan)
 
 
+def test_a_plans_merges_name_two_or_more_inputs(tmp_path):
+    plan = _write(tmp_path, "t", "d", name="m")
+    plan.write_text(plan.read_text() + '[data.merges]\n"d/all.safetensors" = ["d/a.safetensors", "d/b.shards"]\n')
+    assert load_campaign(plan).merges == {"d/all.safetensors": ["d/a.safetensors", "d/b.shards"]}
+    plan.write_text(plan.read_text().replace(', "d/b.shards"', ""))
+    with pytest.raises(ValueError, match=r"m\.toml \[data\] merges: d/all\.safetensors = .*at least two"):
+        load_campaign(plan)
+
+
 def test_precision_follows_the_machine_unless_the_plan_names_it(tmp_path, monkeypatch):
     """A campaign outlives machines: bf16 autocast where bf16 is native, fp32 on an AVX2-only CPU (≈ 5× faster
     there); a plan's own ``bf16`` wins; and the precision may change when a run resumes on another machine."""

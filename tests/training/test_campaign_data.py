@@ -56,3 +56,24 @@ def test_missing_prompt_files_are_written_from_their_sets_once(monkeypatch, tmp_
     assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == ["m1", "h1"]  # in the listed order
     assert kept.read_text() == "untouched\n" and calls == ["mt-bench", "humaneval"]
     assert cd.prepare_data([], {"target": "t"}, 1, tmp_path / "log", prompts) == []  # nothing to do twice
+
+
+def test_a_merged_data_file_is_made_from_its_inputs_once(packed, tiny_target_dir, tmp_path):
+    """``[data] merges``: the merged file (the packed rows, then more) is made when missing, before the features;
+    its first rows are the first input's, so a campaign resumes on it (``training/run.py``)."""
+    from lilicorr.datagen.regenerate import load_regenerated
+
+    data, pack = packed
+    more = tmp_path / "more.safetensors"
+    more.write_bytes(data.read_bytes())  # stands for newly regenerated rows
+    merged = tmp_path / "merged.safetensors"
+    train = {"target": str(tiny_target_dir), "data": str(merged), "features": str(tmp_path / "f"), "max_sequences": 4}
+    log = tmp_path / "data.log"
+    events = prepare_data([str(pack)], train, 1, log, merges={str(merged): [str(data), str(more)]})
+    assert [e["event"] for e in events] == ["merged", "features"]
+    a, m = load_regenerated(data), load_regenerated(merged)
+    assert m["tokens"].shape[0] == 2 * a["tokens"].shape[0] and (m["tokens"][: len(a["tokens"])] == a["tokens"]).all()
+    assert prepare_data([str(pack)], train, 1, log, merges={str(merged): [str(data), str(more)]}) == []
+    gone = {str(tmp_path / "m2.safetensors"): [str(data), str(tmp_path / "nope.safetensors")]}
+    with pytest.raises(FileNotFoundError, match="nope.safetensors"):
+        prepare_data([], train, 1, log, merges=gone)

@@ -29,7 +29,7 @@ from lilicorr.training.losses import HeadLossWeights
 # keys of an ``[arms.NAME]`` table that belong to the campaign, not to ``train draft``
 ARM_KEYS = ("warm_start", "promote_to", "engine_methods")
 TOP_KEYS = ("name", "run_dir", "steps", "segment_steps", "threads", "train", "arms", "engine", "data")
-DATA_KEYS = ("packs", "prompts")  # [data]: what rebuilds the data files on a fresh disk (campaign_data.py)
+DATA_KEYS = ("packs", "prompts", "merges")  # [data]: what (re)builds the data files (campaign_data.py)
 ENGINE_KEYS = ("prompts", "num_prompts", "max_new_tokens", "every", "dtype")
 # set by the campaign for every segment: a config file that sets them would be silently overridden
 MANAGED = ("steps", "stop_at", "run_dir", "out", "init", "threads")
@@ -69,6 +69,7 @@ class Campaign:
     engine: EngineSample | None
     packs: list[str] = field(default_factory=list)  # answer packs rebuilding the data files (``[data] packs``)
     prompts: dict[str, list[str]] = field(default_factory=dict)  # prompt file -> the sets it joins (``[data] prompts``)
+    merges: dict[str, list[str]] = field(default_factory=dict)  # merged data file -> its inputs (``[data] merges``)
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -117,6 +118,18 @@ def _prompt_files(where: str, table: object) -> dict[str, list[str]]:
     return out
 
 
+def _merges(where: str, table: object) -> dict[str, list[str]]:
+    """``{out: [input, …]}``: each merged data file and the data files (or shard folders) it is made of, in order."""
+    if not isinstance(table, dict):
+        raise ValueError(f"{where}: expected a table of file = [input, …], found {type(table).__name__}")
+    out = {}
+    for file, inputs in table.items():
+        if not isinstance(inputs, list) or len(inputs) < 2 or not all(isinstance(i, str) for i in inputs):
+            raise ValueError(f"{where}: {file} = {inputs!r}: expected a list of at least two data files")
+        out[str(file)] = list(inputs)
+    return out
+
+
 def load_campaign(path: str | Path) -> Campaign:
     """The campaign of a TOML file, every key checked: a typo is named with its file and table, not ignored."""
     path = Path(path)
@@ -157,6 +170,7 @@ def load_campaign(path: str | Path) -> Campaign:
         if not Path(pack).is_file():
             raise FileNotFoundError(f"{path} [data] packs: {pack} not found")
     prompts = _prompt_files(f"{path} [data] prompts", data.get("prompts", {}))
+    merges = _merges(f"{path} [data] merges", data.get("merges", {}))
     camp = Campaign(
         path,
         raw["name"],
@@ -169,6 +183,7 @@ def load_campaign(path: str | Path) -> Campaign:
         engine,
         packs,
         prompts,
+        merges,
     )
     for arm in arms:  # every arm's options must make a valid run now, not at its first segment hours later
         arm_config(camp, arm, stop_at=min(seg, steps), warm=arm.warm_start).validate()

