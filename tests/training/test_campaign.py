@@ -72,21 +72,23 @@ def test_a_campaign_file_is_checked_key_by_key(tmp_path):
         load_campaign(tmp_path / "missing.toml")
 
 
-def test_a_plans_prompt_files_name_known_sets(tmp_path):
+@pytest.mark.parametrize(
+    "key, table, expected, broken, error",
+    [
+        ("prompts", '"p/eval.jsonl" = ["mt-bench", "humaneval"]', {"p/eval.jsonl": ["mt-bench", "humaneval"]},
+         ('"humaneval"', '"humaneva"'), r"\[data\] prompts: p/eval\.jsonl = .*expected a list of prompt sets"),
+        ("merges", '"d/all.safetensors" = ["d/a.safetensors", "d/b.shards"]',
+         {"d/all.safetensors": ["d/a.safetensors", "d/b.shards"]},
+         (', "d/b.shards"', ""), r"\[data\] merges: d/all\.safetensors = .*at least two data files"),
+    ],
+)  # fmt: skip
+def test_a_plans_data_tables_are_checked_by_name(tmp_path, key, table, expected, broken, error):
+    """``[data.prompts]``: files of known prompt sets; ``[data.merges]``: files of two or more inputs."""
     plan = _write(tmp_path, "t", "d", name="p")
-    plan.write_text(plan.read_text() + '[data]\nprompts = { "p/eval.jsonl" = ["mt-bench", "humaneval"] }\n')
-    assert load_campaign(plan).prompts == {"p/eval.jsonl": ["mt-bench", "humaneval"]}
-    plan.write_text(plan.read_text().replace('"humaneval"', '"humaneva"'))
-    with pytest.raises(ValueError, match=r"p\.toml \[data\] prompts: p/eval\.jsonl = .*expected a list of prompt sets"):
-        load_campaign(plan)
-
-
-def test_a_plans_merges_name_two_or_more_inputs(tmp_path):
-    plan = _write(tmp_path, "t", "d", name="m")
-    plan.write_text(plan.read_text() + '[data.merges]\n"d/all.safetensors" = ["d/a.safetensors", "d/b.shards"]\n')
-    assert load_campaign(plan).merges == {"d/all.safetensors": ["d/a.safetensors", "d/b.shards"]}
-    plan.write_text(plan.read_text().replace(', "d/b.shards"', ""))
-    with pytest.raises(ValueError, match=r"m\.toml \[data\] merges: d/all\.safetensors = .*at least two"):
+    plan.write_text(plan.read_text() + f"[data.{key}]\n{table}\n")
+    assert getattr(load_campaign(plan), key) == expected
+    plan.write_text(plan.read_text().replace(*broken))
+    with pytest.raises(ValueError, match=r"p\.toml " + error):
         load_campaign(plan)
 
 
