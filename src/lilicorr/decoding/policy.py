@@ -67,6 +67,8 @@ class StepPlan:
     rows: list[int]  # drafting rows, ascending
     value: float  # predicted tokens per second of this plan
     plain_value: float  # … of a plain step
+    draft_factor: float = 1.0  # the outcome corrections the decision used (``Realised``): drafting's …
+    plain_factor: float = 1.0  # … and plain steps'
 
     @property
     def draft_tokens(self) -> int:
@@ -262,6 +264,7 @@ class LoadPolicy:
         draft_k, plain_k = self.realised.factors(b)
         if best.width and best.value * draft_k <= best.plain_value * plain_k * (1.0 + self.margin):
             best = StepPlan(b, 0, [], best.value, best.plain_value)  # values stay the raw predictions
+        best.draft_factor, best.plain_factor = draft_k, plain_k
         self.last = best
         return best
 
