@@ -181,8 +181,7 @@ class VerifyScale:
 
 @dataclass
 class Realised:
-    """How far each action's predicted tokens per second were from what its steps delivered, by batch size (power-of-
-    two buckets: a ratio pools across the sizes a loaded server's batch moves between as requests come and go) and
+    """How far each action's predicted tokens per second were from what its steps delivered, by batch size and
     action (drafting or plain): Σ tokens over Σ predicted rate × seconds of a key's last ``window`` steps that
     are at most ``horizon`` steps old. The plan is a prediction (cost curve, acceptance estimates); this is the
     outcome. Where both actions were measured lately at this batch size, each action's predicted value is
@@ -195,17 +194,17 @@ class Realised:
     horizon: int = 64
     min_steps: int = 3  # fewer fresh steps of either action: no correction
     clock: int = 0
-    steps: dict[tuple[int, bool], deque] = field(default_factory=dict)  # (bucket, drafting) → (step, tokens, pred)
+    steps: dict[tuple[int, bool], deque] = field(default_factory=dict)  # (batch, drafting) → (step, tokens, pred)
 
     def tick(self) -> None:
         self.clock += 1
 
     def record(self, batch: int, drafting: bool, tokens: int, predicted_rate: float, seconds: float) -> None:
-        key = (_bucket(batch), drafting)
+        key = (batch, drafting)
         self.steps.setdefault(key, deque(maxlen=self.window)).append((self.clock, tokens, predicted_rate * seconds))
 
     def _factor(self, batch: int, drafting: bool) -> float | None:
-        got = [s for s in self.steps.get((_bucket(batch), drafting), ()) if self.clock - s[0] <= self.horizon]
+        got = [s for s in self.steps.get((batch, drafting), ()) if self.clock - s[0] <= self.horizon]
         if len(got) < self.min_steps:
             return None
         return sum(s[1] for s in got) / max(sum(s[2] for s in got), 1e-12)
