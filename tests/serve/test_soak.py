@@ -72,7 +72,7 @@ def test_soak_memory_flat_and_everything_released(server):
             and engine.drafter.cache is None
             and engine.drafter.deferred == []
         )
-        assert len(engine.policy.extra_draft.samples) <= 4 and len(engine.policy.extra_plain.samples) <= 4
+        assert len(engine.policy.extra_draft.means) <= 4 and len(engine.policy.extra_plain.means) <= 4
         assert len(engine.stats.accepted_per_position) <= engine.n
         gc.collect()
         rss.append(_rss())

@@ -103,8 +103,13 @@ def write_serve_page(results: dict, page: Path, command: str) -> Path:
             lines.append(f"| {name} | " + " | ".join(_ratio_cell(by_c.get(c)) for c in levels) + " |")
         lines.append("")
     png = page.with_name(f"{page.stem}.png")  # one figure, a panel per metric: one file per page in docs/results
-    fig, axes = plt.subplots(len(METRICS) // 2, 2, figsize=(11, 2.8 * (len(METRICS) // 2)))
-    for metric, ax in zip(METRICS, axes.flatten(), strict=True):
+    # a metric no level measured (e.g. TPOT in a run from before it was recorded) gets neither table nor panel
+    shown = [m for m in METRICS if any(lv.get(m) is not None for lvs in arms.values() for lv in lvs)]
+    rows = (len(shown) + 1) // 2
+    fig, axes = plt.subplots(rows, 2, figsize=(11, 2.8 * rows), squeeze=False)
+    for ax in axes.flatten()[len(shown) :]:
+        ax.set_visible(False)
+    for metric, ax in zip(shown, axes.flatten(), strict=False):
         lines += [f"## {LABELS[metric]}", "", header, "|---|" + "---:|" * len(levels)]
         for name, lvs in arms.items():
             by_c = median_by_level(lvs, metric)
