@@ -158,3 +158,15 @@ def test_skip_prompts_continues_the_set_after_an_earlier_run(tiny_target_dir, tm
         assert got[i, : len(ids)].tolist() == ids
     layout = json.loads((tmp_path / "rest.safetensors.shards" / "manifest.json").read_text())["layout"]
     assert layout["skip_prompts"] == 3
+
+
+def test_skip_prompts_without_prompts_or_below_zero_is_refused_by_name(tiny_target_dir, tmp_path):
+    from lilicorr.datagen.regenerate import row_layout
+
+    base = dict(target=str(tiny_target_dir), out=str(tmp_path / "x.safetensors"), engine="native")
+    with pytest.raises(ValueError, match="--skip-prompts 3 counts --prompts rows: no --prompts given"):
+        row_layout(RegenConfig(**base, skip_prompts=3))
+    _, prompts = _chat_prompts(tmp_path, 2)
+    with pytest.raises(ValueError, match="--skip-prompts -1: expected a count ≥ 0"):
+        row_layout(RegenConfig(**base, prompts=str(prompts), skip_prompts=-1))
+    assert not (tmp_path / "x.safetensors.shards").exists()  # nothing written

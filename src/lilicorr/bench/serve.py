@@ -94,7 +94,7 @@ async def drive(url: str, model: str, prompts: list[dict], concurrency: int, n: 
             "stream_options": {"include_usage": True},
         }
         async with sem:
-            t0, last, used, ttft_of_this = time.perf_counter(), None, None, 0.0
+            t0, first, last, used = time.perf_counter(), None, None, None
             try:
                 async with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
                     if r.status_code != 200:
@@ -108,9 +108,9 @@ async def drive(url: str, model: str, prompts: list[dict], concurrency: int, n: 
                         used = chunk.get("usage") or used
                         if chunk.get("choices") and (chunk["choices"][0].get("delta") or {}).get("content"):
                             now = time.perf_counter()
-                            if last is None:
-                                ttft_of_this = now - t0
-                                ttft.append(ttft_of_this)
+                            if first is None:
+                                first = now
+                                ttft.append(now - t0)
                             else:
                                 itl.append(now - last)
                             last = now
@@ -118,8 +118,8 @@ async def drive(url: str, model: str, prompts: list[dict], concurrency: int, n: 
                 failed(f"{type(e).__name__}: {str(e)[:160]}")
                 return
             tokens.append(int(used["completion_tokens"]) if used else 0)
-            if last is not None and tokens[-1] > 1:  # vLLM's TPOT: the stream's time per token after the first
-                tpot.append((last - t0 - ttft_of_this) / (tokens[-1] - 1))
+            if first is not None and tokens[-1] > 1:  # vLLM's TPOT: the stream's time per token after the first
+                tpot.append((last - first) / (tokens[-1] - 1))
 
     t0 = time.perf_counter()
     async with httpx.AsyncClient(timeout=cfg.level_timeout_s) as client:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -142,23 +141,6 @@ class LlamaCppAnswerer:
 VLLM_PYTHON = Path(".venv-compat/bin/python")
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (Linux ``/proc``), deepest last; [] where it has none or is gone."""
-    out: list[int] = []
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return out
-    for task in tasks:
-        try:
-            kids = [int(k) for k in (task / "children").read_text().split()]
-        except (OSError, ValueError):
-            continue
-        for kid in kids:
-            out += [kid, *descendants(kid)]
-    return out
-
-
 class VllmAnswerer:
     """vLLM's offline engine in the compat venv (a subprocess: vLLM pins its own packages). The worker
     loads the model first and says READY, so its start-up is not counted as answering time."""
@@ -207,12 +189,14 @@ class VllmAnswerer:
     def close(self) -> None:
         """The worker and everything it started: vLLM's engine core and model workers are its children and, left
         behind by a killed worker, keep busy-waiting on the CPU (seen as orphaned ``VLLM::Worker`` processes)."""
-        kids = descendants(self.proc.pid)
-        if self.proc.poll() is None:
+        import psutil
+
+        with contextlib.suppress(psutil.NoSuchProcess):
+            kids = psutil.Process(self.proc.pid).children(recursive=True)
             self.proc.kill()
-        for pid in kids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+            for kid in kids:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    kid.kill()
         self.proc.wait()
 
 

@@ -202,6 +202,10 @@ class Manifest:
 def row_layout(cfg: RegenConfig) -> tuple[list[Job], int, int, frozenset[int]]:
     """The rows a config makes — (jobs, row length, pad id, EOS ids that end an answer) — from its prompts
     (or corpus windows) and the target's tokenizer: one rule for ``regenerate`` and ``unpack_answers``."""
+    if cfg.skip_prompts < 0:
+        raise ValueError(f"--skip-prompts {cfg.skip_prompts}: expected a count ≥ 0")
+    if cfg.skip_prompts and cfg.prompts is None:
+        raise ValueError(f"--skip-prompts {cfg.skip_prompts} counts --prompts rows: no --prompts given")
     tokenizer, eos = folder_tokenizer_and_eos(cfg.target)
     pad = min(eos) if eos else 0
     chat = cfg.prompts is not None

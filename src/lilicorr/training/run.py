@@ -69,12 +69,10 @@ def data_extends(saved: dict, current: dict) -> str | None:
     return f"data extended: {saved['data']} ({n_old} rows) -> {current['data']} ({n_new} rows), same first rows"
 
 
-def config_mismatch(saved: dict, current: dict) -> list[str]:
-    """The options (besides ``RESUMABLE_CHANGES``, and the data when it only grew) whose values differ between a
-    checkpoint's run and this one."""
-    keys = sorted(
-        (saved.keys() | current.keys()) - RESUMABLE_CHANGES - (DATA_KEYS if data_extends(saved, current) else set())
-    )
+def config_mismatch(saved: dict, current: dict, data_grew: bool = False) -> list[str]:
+    """The options (besides ``RESUMABLE_CHANGES``, and the data when ``data_extends`` found it only grew) whose
+    values differ between a checkpoint's run and this one."""
+    keys = sorted((saved.keys() | current.keys()) - RESUMABLE_CHANGES - (DATA_KEYS if data_grew else set()))
     return [
         f"{k}: checkpoint {saved.get(k)!r}, this run {current.get(k)!r}" for k in keys if saved.get(k) != current.get(k)
     ]
@@ -110,14 +108,14 @@ class TrainRun:
         if resume and self.path.exists():
             ck = torch.load(self.path, weights_only=False)
             if config is not None and ck.get("config") is not None:
-                diff = config_mismatch(ck["config"], config)
+                grown = data_extends(ck["config"], config)  # reads both data files: once
+                diff = config_mismatch(ck["config"], config, data_grew=grown is not None)
                 if diff:
                     raise ValueError(
                         f"{self.path}: --resume would continue another run (step {ck['state']['step']}): "
                         + "; ".join(diff)
                         + ". Pass another --run-dir, or drop --resume to start this run from scratch there."
                     )
-                grown = data_extends(ck["config"], config)
                 if grown:
                     tqdm.write(grown)
                     ck["state"].setdefault("data_changes", []).append({"step": ck["state"]["step"], "note": grown})
