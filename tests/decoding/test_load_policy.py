@@ -114,6 +114,114 @@ def test_overheads_borrow_the_nearest_measured_size_pessimistically():
     assert o(1) == pytest.approx(0.004)  # smaller: not scaled down
 
 
+def test_one_slow_step_does_not_move_an_overhead():
+    o = Overheads()
+    for _ in range(6):
+        o.record(2, 0.001)
+    o.record(2, 0.150)  # a request finished, the batch was reshaped, another thread held the interpreter
+    assert o(2) == pytest.approx(0.001)
+
+
+def test_a_stale_drafter_cost_from_a_loaded_batch_is_forgotten():
+    """Measured on a server: drafts under load (batch 32, where the start-up cost curve is extrapolated) left
+    a drafter cost so large that, back at batch 2 with drafts that pay, it never drafted again. Now the verify's
+    own time is charged to the verify, and what the policy has not measured lately is measured again."""
+    policy = LoadPolicy(7, CPU)
+    rows = [RowAcceptance() for _ in range(2)]
+    for _ in range(20):  # good drafts at batch 2: the curve learns that they pay
+        policy.record(StepPlan(2, 7, [0, 1], 1.0, 1.0), rows, [list(range(6))] * 2, 0.020, verify_seconds=0.017)
+    loaded = [RowAcceptance() for _ in range(32)]
+    for _ in range(5):  # under load: verify passes 4x the curve's prediction, and each draft step slow
+        plan = StepPlan(32, 7, [0, 1], 1.0, 1.0)
+        verify = 4 * CPU(32, 8)
+        policy.record(plan, loaded, [list(range(6))] * 2, verify + 0.004, verify_seconds=verify)
+    assert policy.extra_draft(2) < 0.005  # the verify's time was not charged to the drafter
+    steps = 0
+    while policy.plan(rows).width == 0:  # back at batch 2
+        policy.record(policy.last, rows, [], 0.017, verify_seconds=0.016)
+        steps += 1
+        assert steps <= policy.extra_draft.horizon + 1, "a stale cost kept the policy from drafting"
+
+
+def test_a_stale_plain_cost_is_forgotten_too():
+    """The other way round: one slow plain step must not keep a server drafting at a loss for good."""
+    policy = LoadPolicy(3, CPU)
+    rows = [RowAcceptance(), RowAcceptance()]
+    policy.record(StepPlan(2, 0, [], 1.0, 1.0), rows, [], 0.150, verify_seconds=0.016)  # one slow plain step
+    steps = 0
+    while True:
+        plan = policy.plan(rows)
+        if plan.width == 0:
+            break
+        # drafts that return nothing and cost 30 ms a step
+        policy.record(plan, rows, [[0]] * len(plan.rows), 0.030, verify_seconds=0.016)
+        steps += 1
+        assert steps <= policy.extra_plain.horizon + 1, "a stale plain cost kept the policy drafting"
+
+
+def test_verify_time_scales_the_cost_curve_by_batch_and_kind():
+    policy = LoadPolicy(3, CPU)
+    rows = [RowAcceptance()]
+    assert policy.verify_cost(1, 4) == pytest.approx(CPU(1, 4))  # nothing measured: the curve
+    policy.record(StepPlan(1, 0, [], 1.0, 1.0), rows, [], 0.040, verify_seconds=2 * CPU(1, 1))
+    assert policy.verify_cost(1, 1) == pytest.approx(2 * CPU(1, 1))
+    assert policy.verify_cost(1, 4) == pytest.approx(2 * CPU(1, 4))  # the wide kind borrows the plain scale
+    policy.record(StepPlan(1, 3, [0], 1.0, 1.0), rows, [[0]], 0.040, verify_seconds=3 * CPU(1, 4))
+    assert policy.verify_cost(1, 4) == pytest.approx(3 * CPU(1, 4))  # … until it is measured itself
+    assert policy.verify_cost(1, 1) == pytest.approx(2 * CPU(1, 1))
+
+
+def test_measured_outcomes_overrule_a_prediction_that_loses():
+    """The curve and acceptance say drafting pays at batch 4 (predicted 400 tokens/s against 235 for plain), but
+    drafting steps delivered 40: the policy serves plain steps — and, once that evidence is ``horizon`` steps
+    old, drafts again to see whether it still loses."""
+    policy = LoadPolicy(3, CPU)
+    rows = [RowAcceptance() for _ in range(4)]
+    for _ in range(10):  # drafts accepted in full (the curve learns they pay), but each step slow: 16 tokens/0.4 s
+        plan = StepPlan(4, 3, [0, 1, 2, 3], 400.0, 235.0)
+        policy.record(plan, rows, [[0, 1, 2, 3]] * 4, 0.4, verify_seconds=0.016)
+    for _ in range(3):  # plain steps as predicted: 4 tokens in 0.017 s
+        policy.record(StepPlan(4, 0, [], 400.0, 235.0), rows, [], 0.017, verify_seconds=0.016)
+    assert plan_step(policy.gains(rows), policy.verify_cost, [0.0] * 4, 0.0).width > 0  # the prediction drafts
+    assert policy.plan(rows).width == 0  # the outcomes do not
+    steps = 0
+    while policy.plan(rows).width == 0:
+        policy.record(policy.last, rows, [], 0.017, verify_seconds=0.016)
+        steps += 1
+        assert steps <= policy.realised.horizon + 1, "the losing action was never tried again"
+    assert steps > 10
+
+
+def test_measured_outcomes_overrule_a_prediction_that_would_not_draft():
+    """Predicted: drafting 90 tokens/s against plain's 100; delivered: 400 against 100. It drafts."""
+    policy = LoadPolicy(3, CPU)
+    rows = [RowAcceptance() for _ in range(2)]
+    for _ in range(3):
+        policy.record(StepPlan(2, 3, [0, 1], 90.0, 100.0), rows, [[0, 1, 2, 3]] * 2, 0.02, verify_seconds=0.016)
+        policy.record(StepPlan(2, 0, [], 90.0, 100.0), rows, [], 0.02, verify_seconds=0.016)
+    for _ in range(9):  # a drafter cost measured too high (fresh: not forgotten yet): the prediction says plain
+        policy.extra_draft.record(1, 0.14)
+        policy.extra_draft.record(2, 0.14)
+    assert plan_step(policy.gains(rows), policy.verify_cost, [0.14, 0.14], policy.extra_plain(2)).width == 0
+    assert policy.plan(rows).width > 0  # drafting's steps delivered 4.4x its predictions, plain's 1x
+
+
+def test_outcomes_are_compared_to_their_own_predictions_not_across_request_classes():
+    """Greedy requests draft (400 tokens/s, as predicted) and sampled ones were left plain (60 tokens/s, as
+    predicted): each action delivered what it promised, so nothing is corrected — a sampled request whose
+    prediction says plain stays plain, though drafting's raw rate is higher."""
+    policy = LoadPolicy(3, CPU)
+    greedy, sampled = [RowAcceptance()], [RowAcceptance(sampled=True)]
+    for _ in range(3):
+        policy.record(StepPlan(1, 3, [0], 400.0, 60.0), greedy, [[0, 1, 2, 3]], 0.01, verify_seconds=0.008)
+        policy.record(StepPlan(1, 0, [], 50.0, 60.0), sampled, [], 1 / 60, verify_seconds=0.015)
+    assert policy.realised.factors(1) == (pytest.approx(1.0), pytest.approx(1.0))
+    for _ in range(30):  # the sampled class never accepts: its prediction says plain
+        policy.record(StepPlan(1, 3, [0], 50.0, 60.0), [RowAcceptance(sampled=True)], [[0]], 0.03, 0.016)
+    policy.realised.steps.clear()
+    assert policy.plan(sampled).width == 0
+
+
 class RandomPlans(LoadPolicy):
     """Widths 0…n and drafting rows drawn at random, independently of the target: any such plan must stay
     lossless, and random draws exercise paused rows beside drafting ones, every width and plain steps."""

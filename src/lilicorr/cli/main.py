@@ -11,6 +11,7 @@ import json
 import os
 import sys
 
+from lilicorr.cli.kernel_caches import bound_kernel_caches
 from lilicorr.cli.openmp import openmp_spin
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -41,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     # before the parser: registering the commands' options imports torch, and OpenMP reads its environment then
-    openmp_spin(next((w for w in words if not w.startswith("-")), ""))
+    command = next((w for w in words if not w.startswith("-")), "")
+    openmp_spin(command)
+    bound_kernel_caches(command)  # likewise: oneDNN and ideep size their caches at the first matmul
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

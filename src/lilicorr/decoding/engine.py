@@ -210,8 +210,10 @@ class SpecEngine:
                 self.stats.num_proposed_tokens += proposal.tokens.numel()
                 proposal = self._verified_part(proposal, width)
         full = proposal if rows is None or proposal is None else widen(proposal, rows, pending)  # [batch, W]
+        t_verify = time.perf_counter()
         with self.timer.stage("target_verify"):
             out = self._verify_forward(pending, full, drafted)
+        t_verify = time.perf_counter() - t_verify
         with self.timer.stage("other"):
             verdicts = verify_rows(self.verifier, proposal, rows, out.logits, [s.request for s in self.seqs])
             self._keep_verified(start, full, verdicts)
@@ -241,7 +243,8 @@ class SpecEngine:
             if plan is not None:
                 self.stats.num_paused_steps += not drafting
                 paths = [verdicts[i].path for i in sorted(drafted_rows)]
-                self.policy.record(plan, [s.recent for s in self.seqs], paths, time.perf_counter() - t_draft)
+                seconds = time.perf_counter() - t_draft
+                self.policy.record(plan, [s.recent for s in self.seqs], paths, seconds, t_verify)
             if self.gate is not None:
                 self.stats.num_paused_steps += not drafting
                 tokens = sum(len(v.tokens) for v in verdicts)

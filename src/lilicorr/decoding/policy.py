@@ -23,15 +23,20 @@ acceptance, since every cost depends on k alone — the plan maximises the predi
 - ``ρ_i``: the request's recent acceptance relative to g — decayed sums of its accepted drafts and of g at
   the widths it verified, starting at 1 (as good as its class); while it is paused the evidence fades
   back to 1, so a request that once drafted badly is tried again when the batch allows it;
-- ``extra``: the measured wall time of a step beyond its predicted verify cost (the drafter, the proposal,
-  the bookkeeping), by rows (``Overheads``). Drafting must beat the plain step by ``margin``, since a
-  wrong "draft" costs a whole wide verify and a wrong "plain" only a few tokens.
+- ``cost`` is corrected by what verify passes measured lately (``VerifyScale``: the curve was timed on
+  short contexts), and ``extra`` is the measured wall time of a step beyond its verify pass (the drafter, the
+  proposal, the bookkeeping), by rows (``Overheads``); both are medians of recent steps, forgotten after a
+  horizon so an action the policy stopped taking is measured again. Drafting must beat the plain step by
+  ``margin``, since a wrong "draft" costs a whole wide verify and a wrong "plain" only a few tokens.
 
 Lossless: the plan reads only past outcomes and measured times, never the target's current logits.
 """
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -62,6 +67,8 @@ class StepPlan:
     rows: list[int]  # drafting rows, ascending
     value: float  # predicted tokens per second of this plan
     plain_value: float  # … of a plain step
+    draft_factor: float = 1.0  # the outcome corrections the decision used (``Realised``): drafting's …
+    plain_factor: float = 1.0  # … and plain steps'
 
     @property
     def draft_tokens(self) -> int:
@@ -69,7 +76,11 @@ class StepPlan:
 
 
 def plan_step(
-    gains: torch.Tensor, cost: CostModel, extra_draft: list[float], extra_plain: float, margin: float = 0.05
+    gains: torch.Tensor,
+    cost: Callable[[int, int], float],
+    extra_draft: list[float],
+    extra_plain: float,
+    margin: float = 0.05,
 ) -> StepPlan:
     """The decision, pure: ``gains [b, n + 1]`` expected accepted drafts of each row at each width (column 0
     is 0), ``extra_draft[k − 1]`` seconds a step with k drafting rows spends beyond its verify, and
@@ -91,31 +102,117 @@ def plan_step(
     return StepPlan(b, width, rows, top, plain)
 
 
+def _bucket(size: float) -> int:
+    return max(int(size), 1).bit_length() - 1
+
+
 @dataclass
-class Overheads:
-    """Running means of a step's seconds beyond its predicted verify cost, by rows (power-of-two buckets).
-    An unmeasured size borrows the nearest measured one, scaled up linearly when larger and not scaled down
-    when smaller: a guess errs towards costing more, and the step itself then measures the truth."""
+class RecentMedians:
+    """Recent measurements by power-of-two size bucket: the median of the last ``window`` of a bucket that are
+    at most ``horizon`` steps old (``tick`` counts steps). Why medians: one slow step — a request finishing and
+    the batch being reshaped, the HTTP thread holding the interpreter — must not move an estimate. Why a
+    horizon: a policy learns an action's cost only by taking it, so an estimate of the action it stopped taking
+    would otherwise never be corrected (measured: one slow plain step kept a server drafting at a loss, and
+    drafts measured at batch 32 kept it from drafting at batch 2); once forgotten, the action is tried again."""
 
-    smoothing: float = 0.3
-    means: dict[int, list[float]] = field(default_factory=dict)  # bucket → [rows, seconds]
+    window: int = 9
+    horizon: int = 64
+    clock: int = 0
+    samples: dict[int, deque] = field(default_factory=dict)  # bucket → (step, size, value), oldest first
 
-    @staticmethod
-    def _bucket(rows: int) -> int:
-        return max(rows, 1).bit_length() - 1
+    def tick(self) -> None:
+        self.clock += 1
 
-    def record(self, rows: int, seconds: float) -> None:
-        seconds = max(seconds, 0.0)
-        m = self.means.setdefault(self._bucket(rows), [float(rows), seconds])
-        a = self.smoothing
-        m[0], m[1] = (1 - a) * m[0] + a * rows, (1 - a) * m[1] + a * seconds
+    def record(self, size: float, value: float) -> None:
+        self.samples.setdefault(_bucket(size), deque(maxlen=self.window)).append((self.clock, float(size), value))
+
+    def fresh(self, bucket: int) -> list[tuple[int, float, float]]:
+        return [s for s in self.samples.get(bucket, ()) if self.clock - s[0] <= self.horizon]
+
+    def nearest(self, size: float) -> tuple[float, float] | None:
+        """(median size, median value) of the nearest bucket with fresh measurements (ties: the larger)."""
+        live = [b for b in self.samples if self.fresh(b)]
+        if not live:
+            return None
+        near = min(live, key=lambda b: (abs(b - _bucket(size)), -b))
+        got = self.fresh(near)
+        return statistics.median(s[1] for s in got), statistics.median(s[2] for s in got)
+
+
+@dataclass
+class Overheads(RecentMedians):
+    """Seconds a step spends beyond its verify pass (the drafter, the proposal, the bookkeeping), by rows. An
+    unmeasured size borrows the nearest measured one, scaled up linearly when larger and not scaled down when
+    smaller: a guess errs towards costing more, and the step itself then measures the truth. Nothing fresh:
+    0, optimistic, so the next such step measures it."""
 
     def __call__(self, rows: int) -> float:
-        if not self.means:
-            return 0.0  # never measured: optimistic once, so the first step measures it
-        near = min(self.means, key=lambda k: (abs(k - self._bucket(rows)), -k))
-        r, s = self.means[near]
-        return s * max(rows / max(r, 1e-9), 1.0)
+        got = self.nearest(rows)
+        if got is None:
+            return 0.0
+        r, s = got
+        return max(s, 0.0) * max(rows / max(r, 1e-9), 1.0)
+
+
+@dataclass
+class VerifyScale:
+    """Measured verify time over the start-up cost curve's prediction, by batch size and by kind (plain
+    ``[b, 1]`` or wide ``[b, W + 1]``): the curve is timed once, on short contexts, while a server's contexts
+    grow to hundreds of tokens and its batches past the sizes timed. A kind not measured lately borrows the
+    other kind's scale at the nearest batch, then 1."""
+
+    plain: RecentMedians = field(default_factory=RecentMedians)
+    wide: RecentMedians = field(default_factory=RecentMedians)
+
+    def tick(self) -> None:
+        self.plain.tick()
+        self.wide.tick()
+
+    def record(self, batch: int, wide: bool, ratio: float) -> None:
+        (self.wide if wide else self.plain).record(batch, ratio)
+
+    def __call__(self, batch: int, wide: bool) -> float:
+        for src in (self.wide, self.plain) if wide else (self.plain, self.wide):
+            got = src.nearest(batch)
+            if got is not None:
+                return got[1]
+        return 1.0
+
+
+@dataclass
+class Realised:
+    """How far each action's predicted tokens per second were from what its steps delivered, by batch size and
+    action (drafting or plain): Σ tokens over Σ predicted rate × seconds of a key's last ``window`` steps that
+    are at most ``horizon`` steps old. The plan is a prediction (cost curve, acceptance estimates); this is the
+    outcome. Where both actions were measured lately at this batch size, each action's predicted value is
+    scaled by its factor before they are compared (``LoadPolicy.plan``) — the goal is never to serve slower
+    than plain steps would, whatever the prediction got wrong. A ratio, not a rate: the rows that draft and
+    those left plain differ (greedy requests draft, sampled ones pause), so their raw rates are not comparable,
+    while each prediction already knows its rows."""
+
+    window: int = 16
+    horizon: int = 64
+    min_steps: int = 3  # fewer fresh steps of either action: no correction
+    clock: int = 0
+    steps: dict[tuple[int, bool], deque] = field(default_factory=dict)  # (batch, drafting) → (step, tokens, pred)
+
+    def tick(self) -> None:
+        self.clock += 1
+
+    def record(self, batch: int, drafting: bool, tokens: int, predicted_rate: float, seconds: float) -> None:
+        key = (batch, drafting)
+        self.steps.setdefault(key, deque(maxlen=self.window)).append((self.clock, tokens, predicted_rate * seconds))
+
+    def _factor(self, batch: int, drafting: bool) -> float | None:
+        got = [s for s in self.steps.get((batch, drafting), ()) if self.clock - s[0] <= self.horizon]
+        if len(got) < self.min_steps:
+            return None
+        return sum(s[1] for s in got) / max(sum(s[2] for s in got), 1e-12)
+
+    def factors(self, batch: int) -> tuple[float, float]:
+        """(drafting, plain): realised over predicted; (1, 1) unless both were measured lately."""
+        draft, plain = self._factor(batch, True), self._factor(batch, False)
+        return (draft, plain) if draft is not None and plain is not None else (1.0, 1.0)
 
 
 @dataclass
@@ -134,6 +231,8 @@ class LoadPolicy:
     calib_sampled: AdaptiveWidth = field(init=False)  # the sampled class's curve
     extra_draft: Overheads = field(default_factory=Overheads)
     extra_plain: Overheads = field(default_factory=Overheads)
+    verify_scale: VerifyScale = field(default_factory=VerifyScale)
+    realised: Realised = field(default_factory=Realised)
     last: StepPlan | None = None
 
     def __post_init__(self) -> None:
@@ -151,16 +250,44 @@ class LoadPolicy:
         rho = torch.tensor([r.rho(self.prior) for r in rows], dtype=torch.float64)  # [b]
         return torch.minimum(rho[:, None] * g, torch.arange(self.n + 1, dtype=torch.float64)[None])
 
+    def verify_cost(self, batch: int, width: int) -> float:
+        """The start-up cost curve scaled by what verify passes of this batch and kind measured lately."""
+        return self.cost(batch, width) * self.verify_scale(batch, width > 1)
+
     def plan(self, rows: list[RowAcceptance]) -> StepPlan:
+        """The best drafting plan against a plain step, each predicted value scaled by how its action's steps
+        at this batch size delivered against their predictions lately (``Realised``). A correction lasts until
+        its evidence is ``horizon`` steps old, so the losing action is tried again now and then."""
         b = len(rows)
         extra = [self.extra_draft(k) for k in range(1, b + 1)]
-        self.last = plan_step(self.gains(rows), self.cost, extra, self.extra_plain(b), self.margin)
-        return self.last
+        best = plan_step(self.gains(rows), self.verify_cost, extra, self.extra_plain(b), margin=-1.0)
+        draft_k, plain_k = self.realised.factors(b)
+        if best.width and best.value * draft_k <= best.plain_value * plain_k * (1.0 + self.margin):
+            best = StepPlan(b, 0, [], best.value, best.plain_value)  # values stay the raw predictions
+        best.draft_factor, best.plain_factor = draft_k, plain_k
+        self.last = best
+        return best
 
-    def record(self, plan: StepPlan, rows: list[RowAcceptance], paths: list[list[int]], seconds: float) -> None:
+    def record(
+        self,
+        plan: StepPlan,
+        rows: list[RowAcceptance],
+        paths: list[list[int]],
+        seconds: float,
+        verify_seconds: float | None = None,
+    ) -> None:
         """After the step: ``paths`` the drafting rows' accepted verify positions (in ``plan.rows`` order),
-        ``seconds`` the step's wall time."""
+        ``seconds`` the step's wall time, ``verify_seconds`` its verify pass's (None: as predicted). The
+        verify's own time goes to ``verify_scale`` and only the rest to the overheads, so a cost curve that is
+        off at this size is not charged to the drafter."""
         b, w = plan.batch, plan.width
+        for clock in (self.extra_draft, self.extra_plain, self.verify_scale, self.realised):
+            clock.tick()
+        predicted = plan.value if w else plan.plain_value
+        self.realised.record(b, w > 0, b + sum(len(p) - 1 for p in paths), predicted, seconds)
+        if verify_seconds is not None:
+            self.verify_scale.record(b, w > 0, verify_seconds / max(self.cost(b, w + 1), 1e-12))
+        verify = self.verify_cost(b, w + 1) if verify_seconds is None else verify_seconds
         drafting = set(plan.rows)
         paused = [r for i, r in enumerate(rows) if i not in drafting]
         for r in paused:
@@ -168,9 +295,9 @@ class LoadPolicy:
         for sampled in {r.sampled for r in paused} - {rows[i].sampled for i in drafting}:
             self.curve_of(sampled).scale(self.fade)  # a paused class: back towards the prior
         if not w:
-            self.extra_plain.record(b, seconds - self.cost(b, 1))
+            self.extra_plain.record(b, seconds - verify)
             return
-        self.extra_draft.record(len(plan.rows), seconds - self.cost(b, w + 1))
+        self.extra_draft.record(len(plan.rows), seconds - verify)
         g = {c: float(self.curve_of(c).curve()[w]) for c in (False, True)}
         by_class: dict[bool, list[list[int]]] = {}
         for i, path in zip(plan.rows, paths, strict=True):

@@ -84,6 +84,12 @@ class ServerMetrics:
             [*m, "decision"],
             registry=r,
         )
+        self.outcome_factor = Gauge(
+            "lilicorr:spec_decode_policy_outcome_factor",
+            "Delivered over predicted tokens/s the last decision applied, by action (1: no correction)",
+            [*m, "action"],
+            registry=r,
+        )
         self.running = Gauge("vllm:num_requests_running", "Requests in the running batch", m, registry=r)
         self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting for a batch slot", m, registry=r)
         self.success = Counter("vllm:request_success", "Finished requests", [*m, "finished_reason"], registry=r)
@@ -128,3 +134,5 @@ class ServerMetrics:
         self.paused_requests.labels(n).set(plan.batch - len(plan.rows))
         self.step_draft_tokens.labels(n).observe(plan.draft_tokens)
         self.policy_steps.labels(n, "draft" if plan.width else "plain").inc()
+        self.outcome_factor.labels(n, "draft").set(plan.draft_factor)
+        self.outcome_factor.labels(n, "plain").set(plan.plain_factor)
