@@ -75,9 +75,9 @@ def serving_rows(page: Path) -> list[str]:
         if not ratios:
             continue
         lo, hi = min(ratios, key=ratios.get), max(ratios, key=ratios.get)
-        one = f", c=1 {ratios[1]:.2f}×" if 1 in ratios else ""
-        out.append(f"| [{page.stem}] | mixed | {arm} | × plain serving: c={lo} {ratios[lo]:.2f}× … "
-                   f"c={hi} {ratios[hi]:.2f}×{one} |")  # fmt: skip
+        one = f"; c=1 {ratios[1]:.2f}×" if 1 in ratios and 1 not in (lo, hi) else ""
+        out.append(f"| [{page.stem}] | mixed | {arm} | × plain serving, c=1…{max(ratios)}: worst c={lo} "
+                   f"{ratios[lo]:.2f}×, best c={hi} {ratios[hi]:.2f}×{one} |")  # fmt: skip
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -149,7 +150,8 @@ def _bench_serve(args: argparse.Namespace) -> int:
     )
     out = Path(args.out)
     results = run_serve_bench(cfg, out)
-    command = "lilicorr bench serve " + " ".join(sys.argv[3:]) if args.command_line is None else args.command_line
+    # shell-quoted, so the page's command runs as printed (a --spec's JSON has spaces and quotes)
+    command = args.command_line or shlex.join(["lilicorr", "bench", "serve", *sys.argv[3:]])
     page = write_serve_page(results, Path(args.page) if args.page else out / "serving.md", command)
     print(f"wrote {out / 'serve.json'} and {page}")
     return 0
