@@ -20,7 +20,6 @@ into shards. An answer that ended at EOS ends with the EOS id, as the native eng
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -189,14 +188,9 @@ class VllmAnswerer:
     def close(self) -> None:
         """The worker and everything it started: vLLM's engine core and model workers are its children and, left
         behind by a killed worker, keep busy-waiting on the CPU (seen as orphaned ``VLLM::Worker`` processes)."""
-        import psutil
+        from lilicorr.datagen.parent_watch import kill_process_tree
 
-        with contextlib.suppress(psutil.NoSuchProcess):
-            kids = psutil.Process(self.proc.pid).children(recursive=True)
-            self.proc.kill()
-            for kid in kids:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    kid.kill()
+        kill_process_tree(self.proc.pid)
         self.proc.wait()
 
 

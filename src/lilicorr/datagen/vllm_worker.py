@@ -12,6 +12,8 @@ import argparse
 import json
 import sys
 
+from lilicorr.datagen.parent_watch import exit_with_parent
+
 
 def main() -> int:
     ap = argparse.ArgumentParser()
@@ -21,6 +23,7 @@ def main() -> int:
     ap.add_argument("--max-model-len", type=int, default=1024)
     ap.add_argument("--chunk", type=int, default=256, help="jobs per generate call (answers stream out per chunk)")
     args = ap.parse_args()
+    exit_with_parent()  # a killed `data regenerate` must not leave vLLM's busy engine cores behind
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
