@@ -29,7 +29,9 @@ def test_levels_interleave_arms_in_alternating_order(tmp_path, capsys):
         assert [(lv["concurrency"], lv["round"]) for lv in levels] == [(1, 0), (1, 1), (3, 0), (3, 1)]
         assert all(lv["errors"] == 0 and lv["output_tokens"] > 0 and lv["rss_mib"] for lv in levels)
         assert [lv["requests"] for lv in levels] == [3, 3, 6, 6]  # at least 2 × concurrency
-    assert all(lv["tau"] is None for lv in results["arms"]["plain"])
+    assert all(lv["tau"] is None and lv["drafting_steps"] is None for lv in results["arms"]["plain"])
+    # the drafter arm runs under the load policy: its decisions per level, as a share of engine steps
+    assert all(0.0 <= lv["drafting_steps"] <= 1.0 for lv in results["arms"]["drafter"])
     assert (tmp_path / "serve.json").exists()
 
 

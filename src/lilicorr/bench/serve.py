@@ -140,8 +140,12 @@ async def drive(url: str, model: str, prompts: list[dict], concurrency: int, n: 
     }
 
 
+POLICY_STEPS = "lilicorr:spec_decode_policy_steps_total"
+
+
 def _scrape(url: str) -> dict[str, float]:
-    """Summed counters of ``/metrics`` (our server: vLLM's names); {} where there are none."""
+    """Summed counters of ``/metrics`` (our server: vLLM's names, and the load policy's steps by decision); {}
+    where there are none."""
     import httpx
 
     try:
@@ -152,7 +156,11 @@ def _scrape(url: str) -> dict[str, float]:
     for line in text.splitlines():
         if line.startswith("vllm:spec_decode_num_") and "_total" in line and "per_pos" not in line:
             key = line.split("{")[0].split(" ")[0]
-            out[key] = out.get(key, 0.0) + float(line.split()[-1])
+        elif line.startswith(POLICY_STEPS + "{"):  # the load policy's decisions, by decision="draft|plain"
+            key = POLICY_STEPS + ":" + line.split('decision="', 1)[1].split('"', 1)[0]
+        else:
+            continue
+        out[key] = out.get(key, 0.0) + float(line.split()[-1])
     return out
 
 
@@ -230,6 +238,12 @@ def _level(srv, cfg: ServeBenchConfig, prompts: list[dict], c: int) -> dict:
         for k in ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_accepted_tokens_total")
     )
     level["tau"] = round(1 + acc / drafts, 4) if drafts else None
+    # how often the load policy drafted: a level that loses to plain serving reads differently when it drafted on
+    # every step (drafting did not pay) than when it hardly drafted (the policy's own overhead)
+    draft, plain = (
+        after.get(f"{POLICY_STEPS}:{d}", 0) - before.get(f"{POLICY_STEPS}:{d}", 0) for d in ("draft", "plain")
+    )
+    level["drafting_steps"] = round(draft / (draft + plain), 4) if draft + plain else None
     level["rss_mib"] = _rss_mib(srv.proc.pid)
     return level
 
