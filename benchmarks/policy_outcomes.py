@@ -1,0 +1,97 @@
+"""The load policy's predictions against what its steps delivered, per batch size and action (draft or plain).
+
+Why: under load a speculative server can lose to plain serving although its policy predicts a gain each step
+(docs/results/smollm2-serving-notes.md: the chain at c=4). The engine alone, the policy as `lilicorr serve` runs
+it, ShareGPT first turns at mixed temperatures (0, 0.7, 1 in turn) with staggered lengths, requests joining as
+others finish so the batch moves between 1 and ``--max-batch``. For each (batch size, action): steps, the plans'
+predicted tokens/s (time-weighted), the tokens/s the steps delivered, and ms a step; at the end the policy's cost
+pieces per batch size (start-up curve, its measured scale, overheads).
+
+    python benchmarks/policy_outcomes.py --draft models/smollm2-lilicorr --requests 24 --max-batch 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+
+import torch
+
+from lilicorr.decoding.build import engine_from_speculative_config
+from lilicorr.decoding.request import Request
+from lilicorr.decoding.sampling import SamplingParams
+from lilicorr.runtime.dtype import resolve_dtype
+from lilicorr.runtime.runtime import TargetRuntime
+
+TEMPERATURES = (0.0, 0.7, 1.0)
+
+
+def prompt_ids(target: TargetRuntime, path: str, start: int, n: int) -> list[list[int]]:
+    with open(path) as f:
+        rows = [json.loads(line)["messages"][0]["content"] for line in f][start : start + n]
+    out = []
+    for text in rows:
+        chat = [{"role": "user", "content": text[:600]}]
+        ids = target.tokenizer.apply_chat_template(chat, add_generation_prompt=True)
+        out.append(list(ids["input_ids"]) if hasattr(ids, "keys") else list(ids))
+    return out
+
+
+def drive(engine, prompts: list[list[int]], max_batch: int, log: list | None) -> None:
+    """Keep ``max_batch`` requests running (a finished one is replaced at once) until every prompt is served."""
+    reqs = [
+        Request(p, SamplingParams(max_tokens=24 + 12 * (i % 4), temperature=TEMPERATURES[i % 3], seed=i))
+        for i, p in enumerate(prompts)
+    ]
+    queue = list(reqs)
+    while queue or engine.seqs:
+        while queue and len(engine.seqs) < max_batch:
+            engine.add([queue.pop(0)])
+        batch, before = len(engine.seqs), sum(len(r.output_ids) for r in reqs)
+        t0 = time.perf_counter()
+        engine.step()
+        seconds = time.perf_counter() - t0
+        plan = engine.policy.last
+        if log is not None and plan is not None:
+            log.append((batch, plan.width > 0, plan.value if plan.width else plan.plain_value, seconds,
+                        sum(len(r.output_ids) for r in reqs) - before))  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--target", default="models/smollm2-135m-instruct")
+    ap.add_argument("--draft", default="models/smollm2-lilicorr")
+    ap.add_argument("--prompts", default="data/prompts/sharegpt.jsonl")
+    ap.add_argument("--requests", type=int, default=24)
+    ap.add_argument("--max-batch", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", default="auto")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    dtype = resolve_dtype(args.dtype)
+    target = TargetRuntime.load(args.target, dtype=dtype)
+    engine = engine_from_speculative_config(target, {"model": args.draft}, dtype)
+    policy = engine.use_load_policy()
+    assert policy is not None, f"{args.draft}: no load policy for this configuration"
+    drive(engine, prompt_ids(target, args.prompts, 200, 8), args.max_batch, None)  # warm-up: the policy learns
+    log: list = []
+    drive(engine, prompt_ids(target, args.prompts, 208, args.requests), args.max_batch, log)
+    print(f"{args.target} + {args.draft}, {dtype}, {args.requests} requests, batch ≤ {args.max_batch}")
+    by = defaultdict(list)
+    for batch, drafting, predicted, seconds, tokens in log:
+        by[(batch, drafting)].append((predicted, seconds, tokens))
+    for (batch, drafting), xs in sorted(by.items()):
+        secs = sum(x[1] for x in xs)
+        print(f"batch {batch} {'draft' if drafting else 'plain'}: {len(xs)} steps, predicted "
+              f"{sum(x[0] * x[1] for x in xs) / secs:.1f} tokens/s, delivered {sum(x[2] for x in xs) / secs:.1f}, "
+              f"{1000 * secs / len(xs):.1f} ms a step")  # fmt: skip
+    for b in sorted({k[0] for k in by}):
+        print(f"b={b}: curve plain {1000 * policy.cost(b, 1):.1f} ms × scale {policy.verify_scale(b, False):.2f}, "
+              f"overhead plain {1000 * policy.extra_plain(b):.1f} ms, drafting (all rows) "
+              f"{1000 * policy.extra_draft(b):.1f} ms")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
