@@ -16,6 +16,7 @@ import argparse
 import json
 import time
 from collections import defaultdict
+from collections.abc import Callable
 
 import torch
 
@@ -39,6 +40,22 @@ def prompt_ids(target: TargetRuntime, path: str, start: int, n: int) -> list[lis
     return out
 
 
+def predicted_tokens(engine) -> Callable[[], float | None]:
+    """Wrap the policy's ``plan`` so each drafting plan's predicted tokens (b + Σ E_i(W) of its rows) are kept:
+    the plan's value is tokens over time, so this splits a shortfall into acceptance and time."""
+    policy, plan = engine.policy, engine.policy.plan
+    last: list[float | None] = [None]
+
+    def planned(rows):
+        gains = policy.gains(rows)  # [b, n + 1]: the same state the plan reads
+        p = plan(rows)
+        last[0] = len(rows) + float(gains[p.rows, p.width].sum()) if p.width else None
+        return p
+
+    policy.plan = planned
+    return lambda: last[0]
+
+
 def drive(engine, prompts: list[list[int]], max_batch: int, log: list | None) -> None:
     """Keep ``max_batch`` requests running (a finished one is replaced at once) until every prompt is served."""
     reqs = [
@@ -56,7 +73,7 @@ def drive(engine, prompts: list[list[int]], max_batch: int, log: list | None) ->
         plan = engine.policy.last
         if log is not None and plan is not None:
             log.append((batch, plan.width > 0, plan.value if plan.width else plan.plain_value, seconds,
-                        sum(len(r.output_ids) for r in reqs) - before))  # fmt: skip
+                        sum(len(r.output_ids) for r in reqs) - before, engine.predicted()))  # fmt: skip
 
 
 def main() -> None:
@@ -75,18 +92,23 @@ def main() -> None:
     engine = engine_from_speculative_config(target, {"model": args.draft}, dtype)
     policy = engine.use_load_policy()
     assert policy is not None, f"{args.draft}: no load policy for this configuration"
+    engine.predicted = predicted_tokens(engine)
     drive(engine, prompt_ids(target, args.prompts, 200, 8), args.max_batch, None)  # warm-up: the policy learns
     log: list = []
     drive(engine, prompt_ids(target, args.prompts, 208, args.requests), args.max_batch, log)
     print(f"{args.target} + {args.draft}, {dtype}, {args.requests} requests, batch ≤ {args.max_batch}")
     by = defaultdict(list)
-    for batch, drafting, predicted, seconds, tokens in log:
-        by[(batch, drafting)].append((predicted, seconds, tokens))
+    for batch, drafting, predicted, seconds, tokens, planned in log:
+        by[(batch, drafting)].append((predicted, seconds, tokens, planned))
     for (batch, drafting), xs in sorted(by.items()):
         secs = sum(x[1] for x in xs)
+        split = ""
+        if drafting:  # predicted tokens and time a step (time = tokens / value) against what it took
+            tok, ms = sum(x[3] for x in xs) / len(xs), 1000 * sum(x[3] / x[0] for x in xs) / len(xs)
+            split = f"; a step: {tok:.2f} tokens in {ms:.1f} ms predicted, {sum(x[2] for x in xs) / len(xs):.2f} got"
         print(f"batch {batch} {'draft' if drafting else 'plain'}: {len(xs)} steps, predicted "
               f"{sum(x[0] * x[1] for x in xs) / secs:.1f} tokens/s, delivered {sum(x[2] for x in xs) / secs:.1f}, "
-              f"{1000 * secs / len(xs):.1f} ms a step")  # fmt: skip
+              f"{1000 * secs / len(xs):.1f} ms a step{split}")  # fmt: skip
     for b in sorted({k[0] for k in by}):
         print(f"b={b}: curve plain {1000 * policy.cost(b, 1):.1f} ms × scale {policy.verify_scale(b, False):.2f}, "
               f"overhead plain {1000 * policy.extra_plain(b):.1f} ms, drafting (all rows) "
