@@ -85,6 +85,7 @@ def test_greedy_and_sampled_requests_learn_separate_curves():
     for _ in range(20):
         policy.record(StepPlan(2, 3, [0, 1], 1.0, 1.0), rows, [[0, 1, 2, 3], [0]], seconds=0.02)
     fresh = [RowAcceptance(), RowAcceptance(sampled=True)]  # ρ = 1: as good as their class
+    policy.record(StepPlan(1, 0, [], 1.0, 1.0), [RowAcceptance()], [], seconds=0.016)  # batch 1's plain step timed
     g = policy.gains(fresh)
     assert float(g[0, 3]) > 2.5 and float(g[1, 3]) < 0.3
     assert policy.plan(fresh[1:]).width == 0 and policy.plan(fresh[:1]).width == 3
@@ -104,6 +105,21 @@ def test_a_class_paused_by_unlucky_drafts_is_tried_again():
         steps += 1
         assert steps < 200, "the paused class never drafted again"
     assert steps > 0  # it did pause first
+
+
+def test_a_batch_size_without_a_timed_plain_step_takes_one_before_drafting():
+    """Plain steps timed only at batch 4 (verify 1.45× the start-up curve there) would make batch 1's plain steps
+    look slow and the policy draft there for good; one plain step at batch 1 measures its own scale first."""
+    policy = LoadPolicy(3, CPU)
+    four = [RowAcceptance() for _ in range(4)]
+    for _ in range(5):
+        policy.record(StepPlan(4, 0, [], 1.0, 1.0), four, [], 1.5 * CPU(4, 1), verify_seconds=1.45 * CPU(4, 1))
+    one = [RowAcceptance()]
+    first = policy.plan(one)
+    assert first.width == 0 and first.value > first.plain_value  # drafting looked better: plain taken to measure
+    policy.record(first, one, [], 1.02 * CPU(1, 1), verify_seconds=CPU(1, 1))
+    assert policy.plan(one).width > 0  # measured: the optimistic prior drafts again at batch 1
+    assert policy.verify_scale(1, False) == pytest.approx(1.0)
 
 
 def test_overheads_borrow_the_nearest_measured_size_pessimistically():
