@@ -56,7 +56,7 @@ def predicted_tokens(engine) -> Callable[[], float | None]:
     return lambda: last[0]
 
 
-def drive(engine, prompts: list[list[int]], max_batch: int, log: list | None) -> None:
+def drive(engine, prompts: list[list[int]], max_batch: int, log: list | None, planned=lambda: None) -> None:
     """Keep ``max_batch`` requests running (a finished one is replaced at once) until every prompt is served."""
     reqs = [
         Request(p, SamplingParams(max_tokens=24 + 12 * (i % 4), temperature=TEMPERATURES[i % 3], seed=i))
@@ -73,7 +73,7 @@ def drive(engine, prompts: list[list[int]], max_batch: int, log: list | None) ->
         plan = engine.policy.last
         if log is not None and plan is not None:
             log.append((batch, plan.width > 0, plan.value if plan.width else plan.plain_value, seconds,
-                        sum(len(r.output_ids) for r in reqs) - before, engine.predicted()))  # fmt: skip
+                        sum(len(r.output_ids) for r in reqs) - before, planned()))  # fmt: skip
 
 
 def main() -> None:
@@ -92,14 +92,14 @@ def main() -> None:
     engine = engine_from_speculative_config(target, {"model": args.draft}, dtype)
     policy = engine.use_load_policy()
     assert policy is not None, f"{args.draft}: no load policy for this configuration"
-    engine.predicted = predicted_tokens(engine)
+    planned = predicted_tokens(engine)
     drive(engine, prompt_ids(target, args.prompts, 200, 8), args.max_batch, None)  # warm-up: the policy learns
     log: list = []
-    drive(engine, prompt_ids(target, args.prompts, 208, args.requests), args.max_batch, log)
+    drive(engine, prompt_ids(target, args.prompts, 208, args.requests), args.max_batch, log, planned)
     print(f"{args.target} + {args.draft}, {dtype}, {args.requests} requests, batch ≤ {args.max_batch}")
     by = defaultdict(list)
-    for batch, drafting, predicted, seconds, tokens, planned in log:
-        by[(batch, drafting)].append((predicted, seconds, tokens, planned))
+    for batch, drafting, predicted, seconds, tokens, step_tokens in log:
+        by[(batch, drafting)].append((predicted, seconds, tokens, step_tokens))
     for (batch, drafting), xs in sorted(by.items()):
         secs = sum(x[1] for x in xs)
         split = ""
