@@ -71,13 +71,16 @@ def serving_rows(page: Path) -> list[str]:
         ratios_by_arm = {arm: {c: v / plain[c] for c, v in by_c.items() if plain.get(c)}
                          for arm, by_c in table.items() if arm != "plain"}  # fmt: skip
     out = []
-    for arm, ratios in ratios_by_arm.items():
+    for arm, cells in ratios_by_arm.items():
+        ratios = {c: v for c, v in cells.items() if v == v}  # a "failed" cell (the arm served nothing) reads NaN
+        failed = sorted(set(cells) - set(ratios))
         if not ratios:
             continue
         lo, hi = min(ratios, key=ratios.get), max(ratios, key=ratios.get)
         one = f"; c=1 {ratios[1]:.2f}×" if 1 in ratios and 1 not in (lo, hi) else ""
         out.append(f"| [{page.stem}] | mixed | {arm} | × plain serving, c=1…{max(ratios)}: worst c={lo} "
-                   f"{ratios[lo]:.2f}×, best c={hi} {ratios[hi]:.2f}×{one} |")  # fmt: skip
+                   f"{ratios[lo]:.2f}×, best c={hi} {ratios[hi]:.2f}×{one}"
+                   + (f"; served nothing at c={', '.join(map(str, failed))}" if failed else "") + " |")  # fmt: skip
     return out
 
 

@@ -16,6 +16,7 @@ PAGE = """# Serving under load
 | chain | 1.06× | 0.98× | 1.22× |
 | tree | 1.34× | 1.10× | 0.96× |
 | empty |  |  |  |
+| crashed | 1.19× | 0.91× | failed |
 
 ## output tokens/s
 
@@ -40,4 +41,6 @@ def test_a_serving_row_names_its_worst_and_best_level_and_c1(tmp_path):
     assert rows == [
         "| [smollm2-serving] | mixed | chain | × plain serving, c=1…64: worst c=2 0.98×, best c=64 1.22×; c=1 1.06× |",
         "| [smollm2-serving] | mixed | tree | × plain serving, c=1…64: worst c=64 0.96×, best c=1 1.34× |",
+        "| [smollm2-serving] | mixed | crashed | × plain serving, c=1…2: worst c=2 0.91×, best c=1 1.19×; "
+        "served nothing at c=64 |",
     ]

@@ -45,3 +45,27 @@ def test_rounds_give_median_cells_and_ratios_paired_within_a_round(tmp_path):
     assert "| spec | 1.50× (1.00–1.50) |" in text  # median and range of the paired ratios
     assert "| plain | 9 |" in text and "| spec | 9 |" in text  # medians over the rounds
     assert "3 rounds of every level" in text
+
+
+def test_a_level_that_served_nothing_gives_no_figure_and_is_named(tmp_path):
+    """A server that crashed mid-run fails every request of the later levels: those rounds must not enter a median
+    or a paired ratio as 0 tokens/s (they would read 0.00× — a speed), and the page says where it happened."""
+
+    def lv(c, r, tok_s, errors=0):
+        return {"concurrency": c, "round": r, "requests": 4, "errors": errors, "output_tok_s": tok_s}
+
+    dead = [lv(1, 1, 0.0, errors=4), lv(2, 0, 0.0, errors=4), lv(2, 1, 0.0, errors=4)]
+    arms = {
+        "plain": [lv(1, 0, 10.0), lv(1, 1, 10.0), lv(2, 0, 20.0), lv(2, 1, 20.0)],
+        "crashy": [lv(1, 0, 12.0), *dead],
+    }
+    assert paired_ratios(arms) == {"crashy": {1: [1.2]}}
+    results = {"config": {"target": "t", "max_tokens": 8, "temperatures": [0.0], "prompts": ["p"], "rounds": 2},
+               "arms": arms}  # fmt: skip
+    text = write_serve_page(results, tmp_path / "serving.md", "x").read_text()
+    assert "| crashy | 1.20× | failed |" in text  # the ratio table: one round at c=1, nothing at c=2
+    assert "| crashy | 12 | failed |" in text  # the tokens/s table: the median of the round that served
+    assert (
+        "- **crashy served nothing** (every request failed; no figure taken) at: c=1 round 2, c=2 round 1, "
+        "c=2 round 2" in text
+    )

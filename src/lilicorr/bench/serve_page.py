@@ -33,11 +33,17 @@ BASE = "plain"  # the arm every ratio is taken against
 PAIRED = ("output_tok_s", "itl_p99", "tpot_p99")  # the goals' metrics, as ratios to plain serving
 
 
+def served_nothing(lv: dict) -> bool:
+    """Every request of the level failed (a crashed or unreachable server): the level measured no serving, so it
+    gives no figure — a 0 tokens/s cell would read as a speed and drag a median or a paired ratio to 0×."""
+    return lv.get("requests", 0) > 0 and lv.get("errors", 0) >= lv["requests"]
+
+
 def median_by_level(levels: list[dict], metric: str) -> dict[int, float]:
-    """Concurrency → the metric's median over the rounds that measured it."""
+    """Concurrency → the metric's median over the rounds that measured it (rounds that served nothing left out)."""
     by_c: dict[int, list[float]] = {}
     for lv in levels:
-        if lv.get(metric) is not None:
+        if lv.get(metric) is not None and not served_nothing(lv):
             by_c.setdefault(lv["concurrency"], []).append(float(lv[metric]))
     return {c: statistics.median(v) for c, v in by_c.items()}
 
@@ -45,14 +51,15 @@ def median_by_level(levels: list[dict], metric: str) -> dict[int, float]:
 def paired_ratios(arms: dict[str, list[dict]], metric: str = "output_tok_s") -> dict[str, dict[int, list[float]]]:
     """Arm → concurrency → the metric over plain serving's, one ratio per round both arms ran (same round, same
     level: measured side by side)."""
-    base = {(lv["concurrency"], lv.get("round", 0)): lv.get(metric) for lv in arms.get(BASE, [])}
+    base = {(lv["concurrency"], lv.get("round", 0)): lv.get(metric)
+            for lv in arms.get(BASE, []) if not served_nothing(lv)}  # fmt: skip
     out: dict[str, dict[int, list[float]]] = {}
     for name, levels in arms.items():
         if name == BASE:
             continue
         for lv in levels:
             b = base.get((lv["concurrency"], lv.get("round", 0)))
-            if b and lv.get(metric) is not None:
+            if b and lv.get(metric) is not None and not served_nothing(lv):
                 out.setdefault(name, {}).setdefault(lv["concurrency"], []).append(float(lv[metric]) / b)
     return out
 
@@ -62,6 +69,12 @@ def _ratio_cell(xs: list[float] | None) -> str:
         return ""
     med = f"{statistics.median(xs):.2f}×"
     return med if len(xs) == 1 else f"{med} ({min(xs):.2f}–{max(xs):.2f})"
+
+
+def _failed_cell(levels: list[dict], c: int) -> str:
+    """The cell of a level with no figure: "failed" where every round at it served nothing, else empty."""
+    at = [lv for lv in levels if lv["concurrency"] == c]
+    return "failed" if at and all(served_nothing(lv) for lv in at) else ""
 
 
 def write_serve_page(results: dict, page: Path, command: str) -> Path:
@@ -101,8 +114,12 @@ def write_serve_page(results: dict, page: Path, command: str) -> Path:
             continue
         lines += [f"## {LABELS[metric]} × {BASE} serving, paired by round: median{spread}", "", header]
         lines.append("|---|" + "---:|" * len(levels))
-        for name, by_c in ratios.items():
-            lines.append(f"| {name} | " + " | ".join(_ratio_cell(by_c.get(c)) for c in levels) + " |")
+        for name in arms:
+            if name == BASE:
+                continue
+            by_c = ratios.get(name, {})
+            cells = [_ratio_cell(by_c.get(c)) or _failed_cell(arms[name], c) for c in levels]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
     png = page.with_name(f"{page.stem}.png")  # one figure, a panel per metric: one file per page in docs/results
     # a metric no level measured (e.g. TPOT in a run from before it was recorded) gets neither table nor panel
@@ -115,7 +132,8 @@ def write_serve_page(results: dict, page: Path, command: str) -> Path:
         lines += [f"## {LABELS[metric]}", "", header, "|---|" + "---:|" * len(levels)]
         for name, lvs in arms.items():
             by_c = median_by_level(lvs, metric)
-            lines.append(f"| {name} | " + " | ".join(f"{by_c[c]:.4g}" if c in by_c else "" for c in levels) + " |")
+            cells = [f"{by_c[c]:.4g}" if c in by_c else _failed_cell(lvs, c) for c in levels]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
             pts = [(c, by_c[c]) for c in levels if c in by_c]
             if pts:
                 ax.plot([c for c, _ in pts], [v for _, v in pts], marker="o", label=name)
@@ -131,6 +149,11 @@ def write_serve_page(results: dict, page: Path, command: str) -> Path:
     lines += [f"![serving metrics over concurrency]({png.name})", ""]
     errors = sum(lv["errors"] for lvs in arms.values() for lv in lvs)
     lines.append(f"Errors over all arms, levels and rounds: {errors}.")
+    for name, lvs in arms.items():
+        dead = [f"c={lv['concurrency']}" + (f" round {lv.get('round', 0) + 1}" if rounds > 1 else "")
+                for lv in lvs if served_nothing(lv)]  # fmt: skip
+        if dead:
+            lines.append(f"- **{name} served nothing** (every request failed; no figure taken) at: {', '.join(dead)}")
     for name, lvs in arms.items():
         for lv in lvs:
             where = f"c={lv['concurrency']}" + (f" round {lv['round'] + 1}" if rounds > 1 else "")
