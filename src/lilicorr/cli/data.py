@@ -153,7 +153,11 @@ def _draft_vocab(args: argparse.Namespace) -> int:
 def _prompts(args: argparse.Namespace) -> int:
     from lilicorr.data.prompt_sets import load_set, write_prompt_rows
 
-    rows = load_set(args.set)
+    try:
+        rows = load_set(args.set, corpus=Path(args.corpus))
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.limit:
         rows = rows[: args.limit]
     write_prompt_rows(Path(args.out), rows)
@@ -183,6 +187,7 @@ def register(sub) -> None:
     s.add_argument("set", choices=list(SETS))
     s.add_argument("--out", required=True)
     s.add_argument("--limit", type=int, default=0, help="first N rows only (0: all)")
+    s.add_argument("--corpus", default="data/corpus", help="code-functions: the corpus folder (`data corpus`)")
     s.set_defaults(func=_prompts)
 
     s = data.add_parser("merge", help="one training file from data files and shard folders (rows in order)")

