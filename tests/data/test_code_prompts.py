@@ -64,14 +64,14 @@ def test_prompts_carry_the_humaneval_instruction_and_are_decontaminated(tmp_path
             {"id": "code/d.py", "category": "code", "text": other},
         ],
     )
-    rows = code_function_prompts(corpus, exclude_names={"fetch_all"})
+    rows = code_function_prompts(corpus, HUMANEVAL_INSTRUCTION, exclude_names={"fetch_all"})
     assert [r["id"] for r in rows] == ["code/a.py::kept", "code/d.py::other_name"]
     assert rows[0]["category"] == CATEGORY
     content = rows[0]["messages"][0]["content"]
     assert content.startswith(HUMANEVAL_INSTRUCTION + "```python\ndef kept(") and content.endswith("```")
     # an evaluation prompt inside a stub (or a stub inside an evaluation prompt) drops it
     evaluation = ['def other_name(x):\n    """Return x doubled, documented at some length here."""\n']
-    assert [r["id"] for r in code_function_prompts(corpus, exclude_texts=evaluation)] == [
+    assert [r["id"] for r in code_function_prompts(corpus, HUMANEVAL_INSTRUCTION, exclude_texts=evaluation)] == [
         "code/a.py::kept",
         "code/a.py::fetch_all",
     ]
@@ -79,7 +79,7 @@ def test_prompts_carry_the_humaneval_instruction_and_are_decontaminated(tmp_path
 
 def test_a_missing_corpus_names_the_command_that_makes_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="lilicorr data corpus"):
-        code_function_prompts(tmp_path / "nowhere")
+        code_function_prompts(tmp_path / "nowhere", HUMANEVAL_INSTRUCTION)
     (tmp_path / "train.jsonl").write_text('{"id": 1}\n')
     with pytest.raises(ValueError, match=r"train.jsonl:1: expected an object with 'text'"):
-        code_function_prompts(tmp_path)
+        code_function_prompts(tmp_path, HUMANEVAL_INSTRUCTION)

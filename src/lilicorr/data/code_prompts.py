@@ -23,8 +23,6 @@ import json
 import re
 from pathlib import Path
 
-from lilicorr.data.prompt_sets import HUMANEVAL_INSTRUCTION
-
 CATEGORY = "code-functions"
 
 
@@ -56,13 +54,15 @@ def function_stubs(source: str, min_doc_chars: int = 30, max_stub_chars: int = 1
 
 def code_function_prompts(
     corpus: Path,
+    instruction: str,
     split: str = "train",
     exclude_texts: list[str] | None = None,
     exclude_names: set[str] | None = None,
     min_doc_chars: int = 30,
     max_stub_chars: int = 1500,
 ) -> list[dict]:
-    """Chat rows ``{id, category, messages}`` (the module docstring's rule), in corpus order."""
+    """Chat rows ``{id, category, messages}`` (the module docstring's rule), in corpus order; ``instruction``
+    precedes each stub (``prompt_sets`` passes its HumanEval rows' own)."""
     path = Path(corpus) / f"{split}.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path}: the code corpus is missing (run `lilicorr data corpus --out {corpus}`)")
@@ -82,7 +82,7 @@ def code_function_prompts(
             if name in names or norm in seen or any(b in norm or norm in b for b in banned):
                 continue
             seen.add(norm)
-            content = f"{HUMANEVAL_INSTRUCTION}```python\n{stub}```"
+            content = f"{instruction}```python\n{stub}```"
             rows.append({"id": f"{doc.get('id', line_no)}::{name}", "category": CATEGORY,
                          "messages": [{"role": "user", "content": content}]})  # fmt: skip
     return rows

@@ -165,7 +165,9 @@ def load_set(name: str, corpus: Path = Path("data/corpus")) -> list[dict]:
     if name == "code-functions":
         from lilicorr.data.code_prompts import code_function_prompts
 
-        return code_function_prompts(corpus, exclude_texts=evaluation_texts(), exclude_names=humaneval_entry_points())
+        return code_function_prompts(
+            corpus, HUMANEVAL_INSTRUCTION, exclude_texts=evaluation_texts(), exclude_names=humaneval_entry_points()
+        )
 
     if name == "mt-bench":
         return read_mt_bench(fetch("mt-bench"))
