@@ -58,6 +58,30 @@ def test_missing_prompt_files_are_written_from_their_sets_once(monkeypatch, tmp_
     assert cd.prepare_data([], {"target": "t"}, 1, tmp_path / "log", prompts) == []  # nothing to do twice
 
 
+def test_a_code_prompt_file_builds_the_corpus_first_when_it_is_missing(monkeypatch, tmp_path):
+    import lilicorr.training.campaign_data as cd
+
+    monkeypatch.setattr(cd, "CORPUS", str(tmp_path / "corpus"))
+    ran = []
+
+    def fake_lilicorr(args, log):
+        ran.append(args)
+        (tmp_path / "corpus").mkdir()
+        (tmp_path / "corpus" / "train.jsonl").write_text("")
+
+    monkeypatch.setattr(cd, "_lilicorr", fake_lilicorr)
+    monkeypatch.setattr(cd, "load_set", lambda name: [{"id": name, "category": name, "messages": []}])
+    out = tmp_path / "code.jsonl"
+    events = cd.prepare_data([], {"target": "t"}, 1, tmp_path / "log", {str(out): ["code-functions"]})
+    assert ran == [["data", "corpus", "--out", str(tmp_path / "corpus")]]
+    assert [e["event"] for e in events] == ["corpus", "prompts"]
+    out.unlink()  # the corpus is there now: only the prompt file is written again
+    assert [
+        e["event"] for e in cd.prepare_data([], {"target": "t"}, 1, tmp_path / "log", {str(out): ["code-functions"]})
+    ] == ["prompts"]
+    assert len(ran) == 1
+
+
 def test_a_merged_data_file_is_made_from_its_inputs_once(packed, tiny_target_dir, tmp_path):
     """``[data] merges``: the merged file (the packed rows, then more) is made when missing, before the features;
     its first rows are the first input's, so a campaign resumes on it (``training/run.py``)."""

