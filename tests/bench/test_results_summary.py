@@ -39,7 +39,7 @@ def test_a_serving_row_names_its_worst_and_best_level_and_c1(tmp_path):
     page.write_text(PAGE)
     rows = _summary_module().serving_rows(page)
     assert rows == [
-        "| [smollm2-serving] | mixed | chain | × plain: worst c=2 0.98×, best c=64 1.22×; c=1 1.06× |",
-        "| [smollm2-serving] | mixed | tree | × plain: worst c=64 0.96×, best c=1 1.34× |",
-        "| [smollm2-serving] | mixed | crashed | × plain: worst c=2 0.91×, best c=1 1.19×; failed at c=64 |",
+        "| [smollm2-serving] | mixed | chain | × plain serving: worst c=2 0.98×, best c=64 1.22×; c=1 1.06× |",
+        "| [smollm2-serving] | mixed | tree | × plain serving: worst c=64 0.96×, best c=1 1.34× |",
+        "| [smollm2-serving] | mixed | crashed | × plain serving: worst c=2 0.91×, best c=1 1.19×; failed c=64 |",
     ]
