@@ -32,6 +32,7 @@ def test_levels_interleave_arms_in_alternating_order(tmp_path, capsys):
     assert all(lv["tau"] is None and lv["drafting_steps"] is None for lv in results["arms"]["plain"])
     # the drafter arm runs under the load policy: its decisions per level, as a share of engine steps
     assert all(0.0 <= lv["drafting_steps"] <= 1.0 for lv in results["arms"]["drafter"])
+    assert all(0.0 <= lv["corrected_steps"] <= 1.0 for lv in results["arms"]["drafter"])
     assert (tmp_path / "serve.json").exists()
 
 

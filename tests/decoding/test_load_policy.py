@@ -197,9 +197,11 @@ def test_measured_outcomes_overrule_a_prediction_that_loses():
         plan = StepPlan(4, 3, [0, 1, 2, 3], 400.0, 235.0)
         policy.record(plan, rows, [[0, 1, 2, 3]] * 4, 0.4, verify_seconds=0.016)
     for _ in range(3):  # plain steps as predicted: 4 tokens in 0.017 s
+        assert not policy.realised.active(4)  # fewer than min_steps plain outcomes: no correction yet
         policy.record(StepPlan(4, 0, [], 400.0, 235.0), rows, [], 0.017, verify_seconds=0.016)
     assert plan_step(policy.gains(rows), policy.verify_cost, [0.0] * 4, 0.0).width > 0  # the prediction drafts
     assert policy.plan(rows).width == 0  # the outcomes do not
+    assert policy.last.corrected and not policy.realised.active(3)  # what /metrics counts, per batch size
     steps = 0
     while policy.plan(rows).width == 0:
         policy.record(policy.last, rows, [], 0.017, verify_seconds=0.016)

@@ -63,6 +63,7 @@ def test_models_health_metrics(server):
         "lilicorr:spec_decode_draft_tokens_per_step_bucket",
         "lilicorr:spec_decode_policy_steps_total",
         'lilicorr:spec_decode_policy_outcome_factor{action="draft"',
+        "lilicorr:spec_decode_policy_corrected_steps_total",
     ):
         assert name in text, name
     steps = [line for line in text.splitlines() if line.startswith("lilicorr:spec_decode_policy_steps_total")]

@@ -146,6 +146,7 @@ async def drive(url: str, model: str, prompts: list[dict], concurrency: int, n: 
 
 
 POLICY_STEPS = "lilicorr:spec_decode_policy_steps_total"
+CORRECTED_STEPS = "lilicorr:spec_decode_policy_corrected_steps_total"
 
 
 def _scrape(url: str) -> dict[str, float]:
@@ -163,6 +164,8 @@ def _scrape(url: str) -> dict[str, float]:
             key = line.split("{")[0].split(" ")[0]
         elif line.startswith(POLICY_STEPS + "{"):  # the load policy's decisions, by decision="draft|plain"
             key = POLICY_STEPS + ":" + line.split('decision="', 1)[1].split('"', 1)[0]
+        elif line.startswith(CORRECTED_STEPS + "{"):
+            key = CORRECTED_STEPS
         else:
             continue
         out[key] = out.get(key, 0.0) + float(line.split()[-1])
@@ -249,6 +252,9 @@ def _level(srv, cfg: ServeBenchConfig, prompts: list[dict], c: int) -> dict:
         after.get(f"{POLICY_STEPS}:{d}", 0) - before.get(f"{POLICY_STEPS}:{d}", 0) for d in ("draft", "plain")
     )
     level["drafting_steps"] = round(draft / (draft + plain), 4) if draft + plain else None
+    # how often its decision could use the outcome correction (both actions measured lately at that batch size)
+    corrected = after.get(CORRECTED_STEPS, 0) - before.get(CORRECTED_STEPS, 0)
+    level["corrected_steps"] = round(corrected / (draft + plain), 4) if draft + plain else None
     level["rss_mib"] = _rss_mib(srv.proc.pid)
     return level
 

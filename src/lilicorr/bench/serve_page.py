@@ -14,7 +14,7 @@ from pathlib import Path
 
 METRICS = (
     "output_tok_s", "req_s", "ttft_p50", "ttft_p99", "itl_p50", "itl_p99", "tpot_p50", "tpot_p99", "tau",
-    "drafting_steps", "rss_mib",
+    "drafting_steps", "corrected_steps", "rss_mib",
 )  # fmt: skip
 LABELS = {
     "output_tok_s": "output tokens/s",
@@ -27,6 +27,7 @@ LABELS = {
     "tpot_p99": "time per output token p99 (s)",
     "tau": "τ (server counters)",
     "drafting_steps": "share of engine steps that drafted (load policy)",
+    "corrected_steps": "share of engine steps with the outcome correction applied (load policy)",
     "rss_mib": "server resident memory (MiB)",
 }
 BASE = "plain"  # the arm every ratio is taken against

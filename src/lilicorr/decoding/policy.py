@@ -69,6 +69,7 @@ class StepPlan:
     plain_value: float  # … of a plain step
     draft_factor: float = 1.0  # the outcome corrections the decision used (``Realised``): drafting's …
     plain_factor: float = 1.0  # … and plain steps'
+    corrected: bool = False  # both actions had recent outcomes at this batch size, so the factors applied
 
     @property
     def draft_tokens(self) -> int:
@@ -214,6 +215,10 @@ class Realised:
         draft, plain = self._factor(batch, True), self._factor(batch, False)
         return (draft, plain) if draft is not None and plain is not None else (1.0, 1.0)
 
+    def active(self, batch: int) -> bool:
+        """Whether both actions have recent outcomes at this batch size (``factors`` is not the (1, 1) default)."""
+        return self._factor(batch, True) is not None and self._factor(batch, False) is not None
+
 
 @dataclass
 class LoadPolicy:
@@ -270,6 +275,7 @@ class LoadPolicy:
         if best.width and (unmeasured or best.value * draft_k <= best.plain_value * plain_k * (1.0 + self.margin)):
             best = StepPlan(b, 0, [], best.value, best.plain_value)  # values stay the raw predictions
         best.draft_factor, best.plain_factor = draft_k, plain_k
+        best.corrected = self.realised.active(b)
         self.last = best
         return best
 

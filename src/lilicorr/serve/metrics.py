@@ -84,6 +84,13 @@ class ServerMetrics:
             [*m, "decision"],
             registry=r,
         )
+        self.corrected_steps = Counter(
+            "lilicorr:spec_decode_policy_corrected_steps",
+            "Engine steps whose decision had recent outcomes of both actions at its batch size (the outcome "
+            "correction applied); the rest compared raw predictions",
+            m,
+            registry=r,
+        )
         self.outcome_factor = Gauge(
             "lilicorr:spec_decode_policy_outcome_factor",
             "Delivered over predicted tokens/s the last decision applied, by action (1: no correction)",
@@ -134,5 +141,7 @@ class ServerMetrics:
         self.paused_requests.labels(n).set(plan.batch - len(plan.rows))
         self.step_draft_tokens.labels(n).observe(plan.draft_tokens)
         self.policy_steps.labels(n, "draft" if plan.width else "plain").inc()
+        if plan.corrected:
+            self.corrected_steps.labels(n).inc()
         self.outcome_factor.labels(n, "draft").set(plan.draft_factor)
         self.outcome_factor.labels(n, "plain").set(plan.plain_factor)
