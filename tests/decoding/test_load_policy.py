@@ -210,6 +210,25 @@ def test_measured_outcomes_overrule_a_prediction_that_loses():
     assert steps > 10
 
 
+def test_a_batch_size_that_only_drafts_takes_plain_steps_until_the_correction_can_compare():
+    """At high load the prediction drafts on nearly every step, so plain outcomes at that batch size are too few
+    for the correction: after ``min_steps`` drafting outcomes it takes plain steps (no more than ``min_steps``),
+    then the correction decides — here drafting delivered as predicted, so it drafts again."""
+    policy = LoadPolicy(3, CPU)
+    rows = [RowAcceptance() for _ in range(4)]
+    policy.record(StepPlan(4, 0, [], 400.0, 235.0), rows, [], 0.017, verify_seconds=0.016)  # the size is timed
+    for _ in range(policy.realised.min_steps):  # drafts that delivered their prediction: 16 tokens at 400/s
+        policy.record(StepPlan(4, 3, [0, 1, 2, 3], 400.0, 235.0), rows, [[0, 1, 2, 3]] * 4, 0.04, verify_seconds=0.016)
+    assert plan_step(policy.gains(rows), policy.verify_cost, [0.0] * 4, 0.0).width > 0  # the prediction drafts
+    plains = 0
+    while policy.plan(rows).width == 0:
+        assert not policy.last.corrected
+        policy.record(policy.last, rows, [], 4 / 235.0, verify_seconds=0.016)
+        plains += 1
+    assert plains == policy.realised.min_steps - 1  # one plain outcome was there already
+    assert policy.last.corrected and policy.last.draft_factor == pytest.approx(1.0, rel=1e-6)
+
+
 def test_measured_outcomes_overrule_a_prediction_that_would_not_draft():
     """Predicted: drafting 90 tokens/s against plain's 100; delivered: 400 against 100. It drafts."""
     policy = LoadPolicy(3, CPU)
