@@ -4,11 +4,12 @@ sampling distribution)."""
 
 import pytest
 import torch
+from lilicorr.decoding.policy_estimates import Overheads
 
 from lilicorr.decoding.adaptive import CostModel
 from lilicorr.decoding.build import build_engine
 from lilicorr.decoding.config import SpecConfig
-from lilicorr.decoding.policy import LoadPolicy, Overheads, RowAcceptance, StepPlan, plan_step
+from lilicorr.decoding.policy import LoadPolicy, RowAcceptance, StepPlan, plan_step
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from tests.decoding.engine_helpers import random_draft

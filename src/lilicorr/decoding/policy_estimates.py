@@ -1,0 +1,137 @@
+"""What the load policy (``decoding/policy.py``) has measured: recent step costs by batch size, the verify pass's
+time against the start-up cost curve, and each action's delivered against predicted tokens per second. Kept apart
+from the plan itself: these are the estimators, each a small rolling window with a horizon, and the plan reads them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+
+def size_bucket(size: float) -> int:
+    return max(int(size), 1).bit_length() - 1
+
+
+@dataclass
+class RecentMedians:
+    """Recent measurements by power-of-two size bucket: the median of the last ``window`` of a bucket that are
+    at most ``horizon`` steps old (``tick`` counts steps). Why medians: one slow step — a request finishing and
+    the batch being reshaped, the HTTP thread holding the interpreter — must not move an estimate. Why a
+    horizon: a policy learns an action's cost only by taking it, so an estimate of the action it stopped taking
+    would otherwise never be corrected (measured: one slow plain step kept a server drafting at a loss, and
+    drafts measured at batch 32 kept it from drafting at batch 2); once forgotten, the action is tried again."""
+
+    window: int = 9
+    horizon: int = 64
+    clock: int = 0
+    samples: dict[int, deque] = field(default_factory=dict)  # bucket → (step, size, value), oldest first
+
+    def tick(self) -> None:
+        self.clock += 1
+
+    def record(self, size: float, value: float) -> None:
+        self.samples.setdefault(size_bucket(size), deque(maxlen=self.window)).append((self.clock, float(size), value))
+
+    def fresh(self, bucket: int) -> list[tuple[int, float, float]]:
+        return [s for s in self.samples.get(bucket, ()) if self.clock - s[0] <= self.horizon]
+
+    def nearest(self, size: float) -> tuple[float, float] | None:
+        """(median size, median value) of the nearest bucket with fresh measurements (ties: the larger)."""
+        live = [b for b in self.samples if self.fresh(b)]
+        if not live:
+            return None
+        near = min(live, key=lambda b: (abs(b - size_bucket(size)), -b))
+        got = self.fresh(near)
+        return statistics.median(s[1] for s in got), statistics.median(s[2] for s in got)
+
+
+@dataclass
+class Overheads(RecentMedians):
+    """Seconds a step spends beyond its verify pass (the drafter, the proposal, the bookkeeping), by rows. An
+    unmeasured size borrows the nearest measured one, scaled up linearly when larger and not scaled down when
+    smaller: a guess errs towards costing more, and the step itself then measures the truth. Nothing fresh:
+    0, optimistic, so the next such step measures it."""
+
+    def __call__(self, rows: int) -> float:
+        got = self.nearest(rows)
+        if got is None:
+            return 0.0
+        r, s = got
+        return max(s, 0.0) * max(rows / max(r, 1e-9), 1.0)
+
+
+@dataclass
+class VerifyScale:
+    """Measured verify time over the start-up cost curve's prediction, by batch size and by kind (plain
+    ``[b, 1]`` or wide ``[b, W + 1]``): the curve is timed once, on short contexts, while a server's contexts
+    grow to hundreds of tokens and its batches past the sizes timed. A kind not measured lately borrows the
+    other kind's scale at the nearest batch, then 1."""
+
+    plain: RecentMedians = field(default_factory=RecentMedians)
+    wide: RecentMedians = field(default_factory=RecentMedians)
+
+    def tick(self) -> None:
+        self.plain.tick()
+        self.wide.tick()
+
+    def record(self, batch: int, wide: bool, ratio: float) -> None:
+        (self.wide if wide else self.plain).record(batch, ratio)
+
+    def __call__(self, batch: int, wide: bool) -> float:
+        for src in (self.wide, self.plain) if wide else (self.plain, self.wide):
+            got = src.nearest(batch)
+            if got is not None:
+                return got[1]
+        return 1.0
+
+
+@dataclass
+class Realised:
+    """How far each action's predicted tokens per second were from what its steps delivered, by batch size and
+    action (drafting or plain): Σ tokens over Σ predicted rate × seconds of a key's last ``window`` steps that
+    are at most ``horizon`` steps old. The plan is a prediction (cost curve, acceptance estimates); this is the
+    outcome. Where both actions were measured lately at this batch size, each action's predicted value is
+    scaled by its factor before they are compared (``LoadPolicy.plan``) — the goal is never to serve slower
+    than plain steps would, whatever the prediction got wrong. A ratio, not a rate: the rows that draft and
+    those left plain differ (greedy requests draft, sampled ones pause), so their raw rates are not comparable,
+    while each prediction already knows its rows."""
+
+    window: int = 16
+    horizon: int = 64
+    min_steps: int = 3  # fewer fresh steps of either action: no correction
+    clock: int = 0
+    steps: dict[tuple[int, bool], deque] = field(default_factory=dict)  # (batch, drafting) → (step, tokens, pred)
+
+    def tick(self) -> None:
+        self.clock += 1
+
+    def record(self, batch: int, drafting: bool, tokens: int, predicted_rate: float, seconds: float) -> None:
+        key = (batch, drafting)
+        self.steps.setdefault(key, deque(maxlen=self.window)).append((self.clock, tokens, predicted_rate * seconds))
+
+    def _fresh(self, batch: int, drafting: bool) -> list[tuple[int, int, float]]:
+        return [s for s in self.steps.get((batch, drafting), ()) if self.clock - s[0] <= self.horizon]
+
+    def _factor(self, batch: int, drafting: bool) -> float | None:
+        got = self._fresh(batch, drafting)
+        if len(got) < self.min_steps:
+            return None
+        return sum(s[1] for s in got) / max(sum(s[2] for s in got), 1e-12)
+
+    def factors(self, batch: int) -> tuple[float, float]:
+        """(drafting, plain): realised over predicted; (1, 1) unless both were measured lately."""
+        draft, plain = self._factor(batch, True), self._factor(batch, False)
+        return (draft, plain) if draft is not None and plain is not None else (1.0, 1.0)
+
+    def lacks_plain(self, batch: int) -> bool:
+        """Drafting has recent outcomes at this batch size and plain steps too few to compare them with: the
+        correction is blind until a few plain steps run here (measured at 32 concurrent requests, where the policy
+        drafted on 94-95 % of steps: the correction applied on 0 % of them, and the tree default served 0.90x
+        plain; session 33)."""
+        return len(self._fresh(batch, True)) >= self.min_steps > len(self._fresh(batch, False))
+
+    def active(self, batch: int) -> bool:
+        """Whether both actions have recent outcomes at this batch size (``factors`` is not the (1, 1) default)."""
+        return self._factor(batch, True) is not None and self._factor(batch, False) is not None
