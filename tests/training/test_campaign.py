@@ -178,6 +178,29 @@ def test_a_second_driver_on_the_same_campaign_is_refused(tmp_path):
         run_campaign(path, in_process=True)
 
 
+def test_status_says_paused_while_the_driver_is_stopped(tmp_path):
+    path = _write(tmp_path, "t", "d", name="idle")
+    run_dir = tmp_path / "idle-run"
+    run_dir.mkdir()
+    driver = subprocess.Popen(["sleep", "60"], start_new_session=True)  # stands in for a driver started with setsid
+    try:
+        (run_dir / "campaign.pid").write_text(f"{driver.pid} {driver.pid}\n")
+        assert (campaign_status(path)["running"], campaign_status(path)["paused"]) == (True, False)
+        os.kill(driver.pid, signal.SIGSTOP)
+        deadline = time.time() + 5
+        while not campaign_status(path)["paused"] and time.time() < deadline:
+            time.sleep(0.05)
+        assert campaign_status(path)["paused"]
+        os.kill(driver.pid, signal.SIGCONT)
+        deadline = time.time() + 5
+        while campaign_status(path)["paused"] and time.time() < deadline:
+            time.sleep(0.05)
+        assert not campaign_status(path)["paused"]
+    finally:
+        driver.kill()
+        driver.wait()
+
+
 def test_promotion_needs_a_lead_on_both_measures_and_is_capped(tiny_target_dir, regen_data, tmp_path):
     import json
 

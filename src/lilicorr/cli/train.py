@@ -44,20 +44,26 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(status, indent=2))
         return 0
-    state = "running" if status["running"] else "not running"
+    state = ("paused" if status["paused"] else "running") if status["running"] else "not running"
     print(f"campaign {status['campaign']} ({status['run_dir']}): {state}; plan ETA {status['eta_hours']} h")
     for c in status["features"]:  # a fresh disk: the driver extracts these before its first segment
         if c["needed"] is None or c["shards"] < c["needed"]:
             print(f"  features {c['cache']}: {c['shards']}/{c['needed'] or '?'} shards (extracting before training)")
     for a in status["arms"]:
         engine = ", ".join(f"{k} {v['tau']:.3f}" for k, v in (a["engine"] or {}).items()) or "-"
+        walk = f" (walk {_tau(a['heldout_walk_tau'])})" if a["heldout_walk_tau"] is not None else ""
         print(
             f"  {a['arm']}: step {a['logged_step']}/{a['plan']} ({a['step']} checkpointed), "
             f"{a['positions'] or 0:,} positions validated, {a['hours']} h, "
-            f"held-out tau {a['heldout_tau']} (walk {a['heldout_walk_tau']}), engine {engine}, "
+            f"held-out tau {_tau(a['heldout_tau'])}{walk}, engine {engine}, "
             f"{a['hours_left']} h left, started {a['started']}"
         )
     return 0
+
+
+def _tau(value: float | None) -> str:
+    """Three decimals, as the curves print them; '-' before the first evaluation."""
+    return "-" if value is None else f"{value:.3f}"
 
 
 def _signal(args: argparse.Namespace) -> int:

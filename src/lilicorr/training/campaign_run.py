@@ -47,6 +47,16 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def pid_stopped(pid: int) -> bool:
+    """Whether the process is stopped (state T: ``train pause`` sent SIGSTOP), so ``train status`` can say
+    "paused" rather than "running" for a campaign that is not advancing. False where /proc is absent."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")  # the state follows the parenthesised name
+
+
 def _claim(camp: Campaign) -> None:
     """One driver per campaign folder: a second one would train the same arm twice into one checkpoint."""
     pid_file = camp.run_dir / "campaign.pid"
@@ -201,8 +211,10 @@ def campaign_status(run: str | Path) -> dict:
             }
         )
     pid_file = camp.run_dir / "campaign.pid"
-    running = pid_file.exists() and _pid_alive(int(pid_file.read_text().split()[0]))
-    return {"campaign": camp.name, "run_dir": str(camp.run_dir), "running": running, "arms": arms,
+    pid = int(pid_file.read_text().split()[0]) if pid_file.exists() else None
+    running = pid is not None and _pid_alive(pid)
+    paused = running and pid_stopped(pid)
+    return {"campaign": camp.name, "run_dir": str(camp.run_dir), "running": running, "paused": paused, "arms": arms,
             "eta_hours": round(eta, 2), "features": cache_progress(camp.train)}  # fmt: skip
 
 
