@@ -214,6 +214,8 @@ def test_promotion_needs_a_lead_on_both_measures_and_is_capped(tiny_target_dir, 
     import shutil
 
     shutil.copytree(shipped.arm_out(shipped.arm("df")), ship_dir)
+    (ship_dir / "MODEL_CARD.md").write_text("# df\n")
+    (ship_dir / "draft_vocab.json").write_text('{"token_ids": [3, 1, 2]}\n')  # counted from data, not weights
     engine = f'[engine]\nprompts = "{prompts}"\nnum_prompts = 2\nmax_new_tokens = 8\n'
     path = _write(tmp_path, tiny_target_dir, regen_data, name="new", steps=4)
     path.write_text(path.read_text().replace("[arms.df]", f'{engine}[arms.df]\npromote_to = "{ship_dir}"'))
@@ -229,6 +231,8 @@ def test_promotion_needs_a_lead_on_both_measures_and_is_capped(tiny_target_dir, 
     for _ in range(MAX_PROMOTIONS):
         promote(camp, anyway)
     assert json.loads((ship_dir / "training_summary.json").read_text())["steps"] == 4  # the candidate's weights
+    assert (ship_dir / "MODEL_CARD.md").read_text() == "# df\n"  # kept until `card draft` rewrites it
+    assert json.loads((ship_dir / "draft_vocab.json").read_text())["token_ids"] == [3, 1, 2]  # carried over
     record = json.loads((ship_dir / "campaign.json").read_text())["promotions"]
     assert len(record) == MAX_PROMOTIONS and record[0]["campaign"] == "new" and record[0]["step"] == 4
     with pytest.raises(ValueError, match="already promoted 2 times"):

@@ -20,6 +20,10 @@ from lilicorr.training.campaign import Arm, Campaign, arm_step
 from lilicorr.training.evaluate import evaluate_draft
 
 MAX_PROMOTIONS = 2
+# Carried from the shipped folder into the promoted one: the card (rewritten by `lilicorr card draft` after the
+# promotion; the old one stays until then) and the draft vocabulary (`lilicorr data draft-vocab`: counted from the
+# data, not the weights, and what `draft_vocab_size` and the reduced-vocabulary GGUF export read).
+KEPT_ON_PROMOTION = ("MODEL_CARD.md", "draft_vocab.json")
 
 
 def heldout_tau(result: dict) -> float:
@@ -108,9 +112,9 @@ def promote(camp: Campaign, decision: dict) -> Path:
     staged = shipped.with_name(shipped.name + ".promoting")
     shutil.rmtree(staged, ignore_errors=True)
     shutil.copytree(candidate, staged)
-    keep = shipped / "MODEL_CARD.md"
-    if keep.exists():  # the card is rewritten by `lilicorr card draft` after promotion; keep the old until then
-        shutil.copy2(keep, staged / "MODEL_CARD.md")
+    for name in KEPT_ON_PROMOTION:  # files that describe the folder, not the weights, and the candidate lacks
+        if (shipped / name).exists() and not (staged / name).exists():
+            shutil.copy2(shipped / name, staged / name)
     record = {
         "campaign": camp.name,
         "config": str(camp.source),
