@@ -77,3 +77,38 @@ def test_card_command_follows_a_backbone_moved_with_its_drafter():
     renamed = {"out": "runs/v3/a", "init": "runs/v3/b"}  # no shared folder name: not a move, nothing inferred
     assert moved_config(renamed, Path("models/c"))["init"] == "runs/v3/b"
     assert moved_config({"out": "runs/v3/a", "init": None}, Path("models/a"))["init"] is None
+
+
+def test_a_promoted_folder_card_names_the_campaign_its_decision_and_the_trunk_curve(tmp_path):
+    """A folder replaced by ``train promote --apply`` is a decay branch of a warm-started trunk: its card carries the
+    commands, both measures of the decision and the trunk's held-out curve from the run's ``campaign.jsonl``."""
+    import json
+
+    from lilicorr.cards.campaign_section import campaign_section
+
+    run = tmp_path / "runs" / "camp"
+    run.mkdir(parents=True)
+    events = [
+        {"event": "warm_start", "arm": "lc", "from": "models/lc", "its_steps": 8000, "its_wall_time_s": 5246.4},
+        {"event": "segment", "arm": "lc", "val": None},
+        {"event": "segment", "arm": "lc", "val": {"step": 1000, "positions": 880000, "tau": 1.9, "tau_greedy": 2.2,
+                                                  "walk_tau_greedy": 2.4, "tau_t1_sampled": 1.4}},
+        {"event": "segment", "arm": "df", "val": {"step": 1000, "positions": 1, "tau": 9.9, "tau_greedy": 9.9}},
+        {"event": "engine", "arm": "lc", "step": 4000, "taus": {"lc": {"tau": 1.61}}},
+    ]  # fmt: skip
+    (run / "campaign.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    folder = tmp_path / "models" / "lc"
+    folder.mkdir(parents=True)
+    assert campaign_section(folder) == []  # never promoted: no section
+    decision = {"arm": "lc", "step": 5000, "branch": "lc-s5000-d500", "campaign": "camp", "config": "c.toml",
+                "candidate": str(run / "promote" / "lc-s5000-d500" / "lc-candidate"), "margin": 0.03,
+                "heldout_tau": {"shipped": 2.43, "candidate": 2.9}, "engine_tau": {"shipped": 1.66, "candidate": 1.78},
+                "engine_prompts": 36, "ratios": {"heldout": 1.193, "engine": 1.071}}  # fmt: skip
+    (folder / "campaign.json").write_text(json.dumps({"promotions": [decision]}))
+    text = "\n".join(campaign_section(folder))
+    assert "lilicorr train promote c.toml lc --decay-steps 500 --apply" in text
+    assert "| engine τ (36 MT-Bench + HumanEval prompts, T = 0) | 1.660 | 1.780 | 1.071 |" in text
+    assert "warm-started from `models/lc` as it was then (8000 steps, 87 min" in text
+    assert "| 1000 | 0.88 | 2.200 | 2.400 | 1.900 | 1.400 |" in text
+    assert "9.900" not in text  # the other arm's curve stays out
+    assert "step 4000: lc τ 1.610" in text

