@@ -24,11 +24,13 @@ def _num(value: float | None, fmt: str = ".3f") -> str:
 
 def _curve(events: list[dict], arm: str, walk: bool) -> list[str]:
     """The trunk's held-out readings (the campaign's ``val`` of each segment that ran one), one row each."""
-    rows = []
+    by_step: dict[int, dict] = {}  # a segment rerun after a cut logs its step's reading again: the last one stands
     for e in events:
         v = e.get("val") if e.get("event") == "segment" and e.get("arm") == arm else None
-        if not v:
-            continue
+        if v:
+            by_step[v["step"]] = v
+    rows = []
+    for v in (by_step[k] for k in sorted(by_step)):
         head = f" {_num(v.get('walk_tau_greedy'))} |" if walk else ""
         rows.append(
             f"| {v['step']} | {_num(v.get('positions') and v['positions'] / 1e6, '.2f')} | "
@@ -99,7 +101,9 @@ def campaign_section(model_dir: Path) -> list[str]:
             lines += [
                 "",
                 f"The trunk warm-started from `{warm['from']}` as it was then ({warm['its_steps']} steps, "
-                f"{warm['its_wall_time_s'] / 60:.0f} min of training; that folder's card has its curve).",
+                f"{warm['its_wall_time_s'] / 60:.0f} min of training; its card, with its curve, is in git history). "
+                f"The data a trunk trains on can grow during a campaign (rows appended after the ones it started on): "
+                f"`{p['config']}` says when.",
             ]
         walk = any((e.get("val") or {}).get("walk_tau_greedy") is not None for e in events if e.get("arm") == arm)
         lines += _curve(events, arm, walk) + _engine(events, arm)

@@ -124,6 +124,13 @@ def moved_config(config: dict, model_dir: Path) -> dict:
     return out
 
 
+def _schedule(tc: dict) -> str:
+    """The LR schedule in words (``lr_schedule``: cosine unless a run recorded wsd)."""
+    if tc.get("lr_schedule", "cosine") == "wsd":
+        return f"constant after warm-up, the last {tc.get('decay_ratio', 0):.1%} of steps linear to 0 (wsd)"
+    return "cosine"
+
+
 def _threads(summary: dict, tc: dict) -> str:
     """The run's threads; a run resumed with another thread count names each stretch by its first step."""
     stretches: list[dict] = []
@@ -200,7 +207,7 @@ def write_draft_card(
             else ""
         )
         + " |",
-        f"| optimiser | AdamW fp32 master weights, lr {tc['lr']}, warm-up {tc['warmup_ratio']}, cosine, clip "
+        f"| optimiser | AdamW fp32 master weights, lr {tc['lr']}, warm-up {tc['warmup_ratio']}, {_schedule(tc)}, clip "
         f"{tc['grad_clip']} ({'backbone and head separately' if tc.get('clip_per_module') else 'one global norm'}), "
         f"{'bf16 autocast' if tc.get('bf16', True) else 'fp32'}; DFlash γ {tc['gamma']}"
         + (f", soft labels (the target's distribution) weight {tc['kd_weight']:g}" if tc.get("kd_weight") else "")
