@@ -35,6 +35,16 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
 
 
+def plain_permissions(folder: Path) -> None:
+    """What ``mkdir`` and ``open`` would have given: mkdtemp makes the folder owner-only, and some writers (the
+    safetensors writer among them) create owner-only files — a server running as another user could not read the
+    checkpoint."""
+    mask = _umask()
+    os.chmod(folder, 0o777 & ~mask)
+    for p in folder.rglob("*"):
+        os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~mask)
+
+
 def atomic_write_dir(path: Path, write: Callable[[Path], None]) -> None:
     """Build a directory with ``write(tmp_dir)`` beside ``path``, then swap it into place.
 
@@ -47,6 +57,7 @@ def atomic_write_dir(path: Path, write: Callable[[Path], None]) -> None:
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     try:
         write(tmp)
+        plain_permissions(tmp)
         if path.exists():
             old = path.with_name(f".{path.name}.old")
             shutil.rmtree(old, ignore_errors=True)

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lilicorr.data.atomic import atomic_write_text
+from lilicorr.data.atomic import atomic_write_text, plain_permissions
 from lilicorr.training.campaign import Arm, Campaign, arm_step
 from lilicorr.training.evaluate import evaluate_draft
 
@@ -121,6 +121,7 @@ def promote(camp: Campaign, decision: dict) -> Path:
         **{k: v for k, v in decision.items() if k != "promote"},
     }
     atomic_write_text(staged / "campaign.json", json.dumps({"promotions": [*old, record]}, indent=2) + "\n")
+    plain_permissions(staged)  # the candidate was copied with its training folder's modes
     retired = shipped.with_name(shipped.name + ".retired")
     shutil.rmtree(retired, ignore_errors=True)
     if shipped.exists():
