@@ -239,6 +239,14 @@ def splice_section(page: Path, section: list[str]) -> None:
     atomic_write_text(page, "\n".join(text) + "\n")
 
 
+def splice_notes(page: Path, notes: Path) -> None:
+    """Replace the page's ``## Notes`` section (the last one) by the notes file as it is now: notes are written
+    after a run, and rerunning every arm to include them would change the figures they describe."""
+    text = page.read_text()
+    head = text.split("\n## Notes\n", 1)[0].rstrip("\n")
+    atomic_write_text(page, head + "\n\n## Notes\n\n" + notes.read_text().rstrip() + "\n")
+
+
 def engine_arm(target, spec: SpecConfig, draft, draft_dir, prompts, max_tokens) -> dict:
     engine = build_engine(target, spec, draft, draft_dir)
     eos = frozenset(target.eos_token_ids)
@@ -262,6 +270,7 @@ def main() -> int:
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--rounds", type=int, default=1, help="head share: passes over the prompts")
     ap.add_argument("--machine-note", default="", help="head share: what else ran on the machine, for the page")
+    ap.add_argument("--notes-only", action="store_true", help="rewrite only the Notes section of --out from --notes")
     ap.add_argument(
         "--head-share-only",
         action="store_true",
@@ -274,6 +283,10 @@ def main() -> int:
         help="written by hand, included under Notes if present",
     )
     args = ap.parse_args()
+    if args.notes_only:
+        splice_notes(Path(args.out), Path(args.notes))
+        print(json.dumps({"written": args.out}))
+        return 0
     torch.set_num_threads(args.threads)
     rows = load_set("mt-bench")
     prompts = (rows[::10] + [r for i, r in enumerate(rows) if i % 10])[: args.prompts]
