@@ -97,6 +97,8 @@ def test_a_promoted_folder_card_names_the_campaign_its_decision_and_the_trunk_cu
                                                   "walk_tau_greedy": 2.4, "tau_t1_sampled": 1.4}},  # rerun after a cut
         {"event": "segment", "arm": "df", "val": {"step": 1000, "positions": 1, "tau": 9.9, "tau_greedy": 9.9}},
         {"event": "engine", "arm": "lc", "step": 4000, "taus": {"lc": {"tau": 1.61}}},
+        {"event": "segment", "arm": "lc", "val": {"step": 6000, "positions": 5e6, "tau": 7.7, "tau_greedy": 7.7}},
+        {"event": "engine", "arm": "lc", "step": 8000, "taus": {"lc": {"tau": 8.8}}},  # the trunk after promotion
     ]  # fmt: skip
     (run / "campaign.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     folder = tmp_path / "models" / "lc"
@@ -113,4 +115,5 @@ def test_a_promoted_folder_card_names_the_campaign_its_decision_and_the_trunk_cu
     assert "warm-started from `models/lc` as it was then (8000 steps, 87 min" in text
     assert text.count("| 1000 | 0.88 | 2.200 | 2.400 | 1.900 | 1.400 |") == 1  # one row a step
     assert "9.900" not in text  # the other arm's curve stays out
+    assert "7.700" not in text and "8.800" not in text  # nor the trunk's steps after the promoted one
     assert "step 4000: lc τ 1.610" in text

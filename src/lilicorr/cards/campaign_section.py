@@ -22,12 +22,13 @@ def _num(value: float | None, fmt: str = ".3f") -> str:
     return "—" if value is None else format(value, fmt)
 
 
-def _curve(events: list[dict], arm: str, walk: bool) -> list[str]:
-    """The trunk's held-out readings (the campaign's ``val`` of each segment that ran one), one row each."""
+def _curve(events: list[dict], arm: str, walk: bool, upto: int) -> list[str]:
+    """The trunk's held-out readings up to the promoted step (the campaign's ``val`` of each segment that ran one; a
+    card rewritten later must not show the trunk's later steps as this drafter's history), one row a step."""
     by_step: dict[int, dict] = {}  # a segment rerun after a cut logs its step's reading again: the last one stands
     for e in events:
         v = e.get("val") if e.get("event") == "segment" and e.get("arm") == arm else None
-        if v:
+        if v and v["step"] <= upto:
             by_step[v["step"]] = v
     rows = []
     for v in (by_step[k] for k in sorted(by_step)):
@@ -51,8 +52,8 @@ def _curve(events: list[dict], arm: str, walk: bool) -> list[str]:
     ]
 
 
-def _engine(events: list[dict], arm: str) -> list[str]:
-    samples = [e for e in events if e.get("event") == "engine" and e.get("arm") == arm]
+def _engine(events: list[dict], arm: str, upto: int) -> list[str]:
+    samples = [e for e in events if e.get("event") == "engine" and e.get("arm") == arm and e["step"] <= upto]
     if not samples:
         return []
     return [
@@ -106,7 +107,7 @@ def campaign_section(model_dir: Path) -> list[str]:
                 f"`{p['config']}` says when.",
             ]
         walk = any((e.get("val") or {}).get("walk_tau_greedy") is not None for e in events if e.get("arm") == arm)
-        lines += _curve(events, arm, walk) + _engine(events, arm)
+        lines += _curve(events, arm, walk, p["step"]) + _engine(events, arm, p["step"])
         lines.append("")
     return lines[:-1]
 
