@@ -12,10 +12,7 @@ import json
 import re
 from pathlib import Path
 
-
-def _events(run_dir: Path) -> list[dict]:
-    log = run_dir / "campaign.jsonl"
-    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+from lilicorr.training.campaign_run import read_events
 
 
 def _num(value: float | None, fmt: str = ".3f") -> str:
@@ -76,7 +73,7 @@ def campaign_section(model_dir: Path) -> list[str]:
     lines = ["", "## Campaign", ""]
     for p in promotions:
         decay = re.search(r"-d(\d+)$", p.get("branch") or "")
-        events = _events(_run_dir(p))
+        events = read_events(_run_dir(p))
         arm = p["arm"]
         warm = next((e for e in events if e.get("event") == "warm_start" and e.get("arm") == arm), None)
         lines += [
@@ -107,9 +104,8 @@ def campaign_section(model_dir: Path) -> list[str]:
                 f"`{p['config']}` says when.",
             ]
         walk = any((e.get("val") or {}).get("walk_tau_greedy") is not None for e in events if e.get("arm") == arm)
-        lines += _curve(events, arm, walk, p["step"]) + _engine(events, arm, p["step"])
-        lines.append("")
-    return lines[:-1]
+        lines += [*_curve(events, arm, walk, p["step"]), *_engine(events, arm, p["step"]), ""]
+    return lines[:-1]  # no blank line after the last promotion
 
 
 def _run_dir(promotion: dict) -> Path:

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lilicorr.data.atomic import atomic_write_text, plain_permissions
+from lilicorr.data.atomic import atomic_write_dir
 from lilicorr.training.campaign import Arm, Campaign, arm_step
 from lilicorr.training.evaluate import evaluate_draft
 
@@ -108,24 +108,19 @@ def promote(camp: Campaign, decision: dict) -> Path:
     if len(history) >= MAX_PROMOTIONS:
         raise ValueError(f"{shipped}: already promoted {len(history)} times in campaign {camp.name} (at most "
                          f"{MAX_PROMOTIONS}: each bf16 drafter stays in git history)")  # fmt: skip
-    old = _history(shipped)
-    staged = shipped.with_name(shipped.name + ".promoting")
-    shutil.rmtree(staged, ignore_errors=True)
-    shutil.copytree(candidate, staged)
-    for name in KEPT_ON_PROMOTION:  # files that describe the folder, not the weights, and the candidate lacks
-        if (shipped / name).exists() and not (staged / name).exists():
-            shutil.copy2(shipped / name, staged / name)
     record = {
         "campaign": camp.name,
         "config": str(camp.source),
         **{k: v for k, v in decision.items() if k != "promote"},
     }
-    atomic_write_text(staged / "campaign.json", json.dumps({"promotions": [*old, record]}, indent=2) + "\n")
-    plain_permissions(staged)  # the candidate was copied with its training folder's modes
-    retired = shipped.with_name(shipped.name + ".retired")
-    shutil.rmtree(retired, ignore_errors=True)
-    if shipped.exists():
-        shipped.rename(retired)
-    staged.rename(shipped)
-    shutil.rmtree(retired, ignore_errors=True)
+    history = json.dumps({"promotions": [*_history(shipped), record]}, indent=2) + "\n"
+
+    def write(staged: Path) -> None:
+        shutil.copytree(candidate, staged, dirs_exist_ok=True)
+        for name in KEPT_ON_PROMOTION:  # files that describe the folder, not the weights, and the candidate lacks
+            if (shipped / name).exists() and not (staged / name).exists():
+                shutil.copy2(shipped / name, staged / name)
+        (staged / "campaign.json").write_text(history)
+
+    atomic_write_dir(shipped, write)  # staged beside it, then swapped in, with plain permissions
     return shipped
