@@ -34,6 +34,9 @@ def ar_answers(prompts):
     assert LLAMA_SERVER.exists(), f"{LLAMA_SERVER} missing: run `make llamacpp`"
     assert TARGET_GGUF.exists(), f"{TARGET_GGUF} missing: run `make target`"
     with LlamaServer(TARGET_GGUF, log="runs/llamacpp-check-ar.log") as server:
+        # run as llama.cpp's users run it: not under the PASSIVE OpenMP wait our commands export for torch
+        environ = Path(f"/proc/{server.proc.pid}/environ").read_bytes().split(b"\0")
+        assert not [v for v in environ if v.startswith((b"OMP_WAIT_POLICY=", b"GOMP_SPINCOUNT="))], environ
         return [chat(server, row, MAX_TOKENS) for row in prompts]
 
 

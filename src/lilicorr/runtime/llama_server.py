@@ -38,6 +38,20 @@ PLAIN_SAMPLING = {
 }
 
 
+def llama_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment llama-server runs in: ours without the OpenMP settings we chose for torch, plus ``extra``.
+
+    Our commands export ``OMP_WAIT_POLICY=PASSIVE`` (and may set ``GOMP_SPINCOUNT``) so that torch's idle
+    threads sleep beside other jobs (``cli/openmp.py``). llama-server is llama.cpp's program and is measured as
+    its users run it, with libgomp's default wait: in llama.cpp's OpenMP build every graph node ends in
+    ``#pragma omp barrier``, and under PASSIVE each one puts the second thread to sleep and wakes it again. On
+    the 2-core AMD EPYC that cut SmolLM2-135M Q4_1 from 160-185 to 55 tokens/s and a drafting cycle by less, so
+    speculation looked 3x better against llama.cpp's AR than a user sees (docs/results/smollm2-llamacpp-notes.md;
+    ``benchmarks/llamacpp_omp_env.py``). ``extra`` may set them again, to reproduce a measurement."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_", "KMP_"))}
+    return {**env, **(extra or {})}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -63,7 +77,8 @@ class LlamaServer:
     ):
         """``draft``: a DFlash drafter GGUF (``--spec-type draft-dflash``; a LiLiCorr or DFlash2 drafter is a
         DFlash GGUF too); ``spec_type`` without a draft: one of llama.cpp's model-free speculations (e.g.
-        ``ngram-simple``); ``env``: extra environment of the server process (e.g. ``LLAMA_LILICORR_DUMP``)."""
+        ``ngram-simple``); ``env``: extra environment of the server process (e.g. ``LLAMA_LILICORR_DUMP``), on top
+        of ``llama_env``'s (llama.cpp's own OpenMP defaults, whatever our process exported)."""
         if not Path(binary).exists():
             raise FileNotFoundError(f"{binary}: llama-server is not built (run `make llamacpp`)")
         for f in (model, draft):
@@ -81,7 +96,7 @@ class LlamaServer:
         elif spec_type is not None:
             self.cmd += ["--spec-type", spec_type]
         self.log = Path(log) if log else Path(f"runs/llama-server-{self.port}.log")
-        self.env = {**os.environ, **(env or {})}
+        self.env = llama_env(env)
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> LlamaServer:
