@@ -17,7 +17,14 @@ alternating order — and written as its own section; alone (a few minutes, the 
     python benchmarks/llamacpp_speed.py --head-share-only --threads 2 --max-tokens 64 --rounds 2
 """
 
+# ruff: noqa: E402  (the OpenMP choice must come before torch loads)
 from __future__ import annotations
+
+from lilicorr.cli.openmp import openmp_spin
+
+# the engine arms' OpenMP wait as `lilicorr bench` chooses it, before torch loads (llama-server gets llama.cpp's own
+# defaults from LlamaServer whatever this process has)
+openmp_spin("bench")
 
 import argparse
 import json
@@ -296,8 +303,8 @@ def main() -> int:
     gguf.mkdir(parents=True, exist_ok=True)
     machine = environment()
     llama_env = (
-        f"`lilicorr env`: {machine['cpu']}, {machine['cores']} cores, {bf16_label()}; llama-server -t {args.threads}"
-        + (f"; {args.machine_note}" if args.machine_note else "")
+        f"`lilicorr env`: {machine['cpu']}, {machine['cores']} cores, {bf16_label()}; llama-server -t {args.threads} "
+        "with llama.cpp's default OpenMP wait" + (f"; {args.machine_note}" if args.machine_note else "")
     )
     command = "python benchmarks/llamacpp_speed.py " + shlex.join(sys.argv[1:])
     if args.head_share_only:
@@ -375,7 +382,11 @@ def main() -> int:
         print(table[-1], flush=True)
     base = table[0][1]
     cpu = environment()["cpu"]
-    env = f"{cpu}, {args.threads} threads, {bf16_label()}, engine dtype {dtype}"
+    spin = os.environ.get("GOMP_SPINCOUNT")
+    env = f"{cpu}, {args.threads} threads, {bf16_label()}, engine dtype {dtype}" + (
+        f" and GOMP_SPINCOUNT={spin} (as `lilicorr bench` chooses it)" if spin is not None else ""
+    )
+    env += "; llama-server with llama.cpp's default OpenMP wait (not our PASSIVE)"
     lines = [
         "# llama.cpp beside lilicorr (SmolLM2-135M-Instruct, batch 1, T = 0)",
         "",
