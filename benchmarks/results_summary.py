@@ -84,6 +84,41 @@ def serving_rows(page: Path) -> list[str]:
     return out
 
 
+LLAMACPP_TITLE = "# llama.cpp beside lilicorr"
+
+
+def llamacpp_rows(page: Path) -> list[str]:
+    """For the llama.cpp page (``benchmarks/llamacpp_speed.py``): against llama-server's plain decoding, its best
+    drafter arm and our engine's default (what ``generate --draft`` runs), each with its τ."""
+    lines = page.read_text().splitlines()
+    head = next((i for i, line in enumerate(lines) if line.startswith("| arm | tokens/s | × llama.cpp AR")), None)
+    if head is None:
+        return []
+    rows = []
+    for line in lines[head + 2 :]:
+        if not line.startswith("|"):
+            break
+        arm, tps, _, tau, _ = [c.strip() for c in line.strip().strip("|").split("|")]
+        rows.append((arm, _num(tps), _num(tau)))
+    ar = next((tps for arm, tps, _ in rows if arm == "llama.cpp AR"), None)
+    drafters = [r for r in rows if r[0].startswith("llama.cpp + ")]
+    engine = next((r for r in rows if r[0].startswith("lilicorr engine default")), None)
+    if not ar or not drafters:
+        return []
+
+    def short(arm: str) -> str:  # "llama.cpp + smollm2-dflash: DFlash, draft vocab 16k [dflash+draft-vocab-16384]"
+        vocab = re.search(r"draft-vocab-(\d+)", arm)
+        return arm.removeprefix("llama.cpp + ").split(":")[0] + (f"@{int(vocab[1]) // 1024}k" if vocab else "")
+
+    best, most = max(drafters, key=lambda r: r[1]), max(drafters, key=lambda r: r[2])
+    out = [f"| [{page.stem}] | 0 | llama-server + {short(most[0])} {most[2]:.3f} | "
+           f"{short(best[0])} {best[1] / ar:.2f}× llama-server AR |"]  # fmt: skip
+    if engine:
+        out.append(f"| [{page.stem}] | 0 | our engine's default {engine[2]:.3f} | "
+                   f"our engine's default {engine[1] / ar:.2f}× llama-server AR ({ar:.0f} tokens/s) |")  # fmt: skip
+    return out
+
+
 def summary(pages: list[Path]) -> str:
     out = ["| page | T | highest τ | best speedup vs plain decoding |", "|---|---|---|---|"]
     links: dict[str, str] = {}
@@ -91,6 +126,11 @@ def summary(pages: list[Path]) -> str:
         serving = serving_rows(page) if page.read_text().startswith("# Serving under load") else []
         if serving:
             out += serving
+            links[page.stem] = page.as_posix()
+            continue
+        llamacpp = llamacpp_rows(page) if page.read_text().startswith(LLAMACPP_TITLE) else []
+        if llamacpp:
+            out += llamacpp
             links[page.stem] = page.as_posix()
             continue
         rows = _main_table(page.read_text())

@@ -43,3 +43,29 @@ def test_a_serving_row_names_its_worst_and_best_level_and_c1(tmp_path):
         "| [smollm2-serving] | mixed | tree | × plain serving: worst c=64 0.96×, best c=1 1.34× |",
         "| [smollm2-serving] | mixed | crashed | × plain serving: worst c=2 0.91×, best c=1 1.19×; failed c=64 |",
     ]
+
+
+LLAMACPP_PAGE = """# llama.cpp beside lilicorr (SmolLM2-135M-Instruct, batch 1, T = 0)
+
+| arm | tokens/s | × llama.cpp AR | τ | identical to its AR |
+|---|---|---|---|---|
+| llama.cpp AR | 100.0 | 1.00× | 1.0 | 24/24 |
+| llama.cpp + smollm2-dflash: DFlash [dflash] | 40.0 | 0.40× | 1.6 | 23/24 |
+| llama.cpp + smollm2-dflash: DFlash, draft vocab 8k [dflash+draft-vocab-8192] | 45.0 | 0.45× | 1.5 | 23/24 |
+| llama.cpp + smollm2-lilicorr-conv: LiLiCorr-conv (head + greedy walk) [lilicorr+conv] | 30.0 | 0.30× | 1.7 | 23/24 |
+| lilicorr engine AR | 20.0 | 0.20× | 1.0 | 24/24 |
+| lilicorr engine default (`generate --draft`: tree) | 25.0 | 0.25× | 2.5 | 13/24 |
+"""
+
+
+def test_the_llamacpp_rows_compare_with_llama_servers_own_ar(tmp_path):
+    page = tmp_path / "smollm2-llamacpp.md"
+    page.write_text(LLAMACPP_PAGE)
+    module = _summary_module()
+    assert module.llamacpp_rows(page) == [
+        "| [smollm2-llamacpp] | 0 | llama-server + smollm2-lilicorr-conv 1.700 | "
+        "smollm2-dflash@8k 0.45× llama-server AR |",
+        "| [smollm2-llamacpp] | 0 | our engine's default 2.500 | "
+        "our engine's default 0.25× llama-server AR (100 tokens/s) |",
+    ]
+    assert "smollm2-llamacpp" in module.summary([page])
