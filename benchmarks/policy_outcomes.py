@@ -8,6 +8,13 @@ predicted tokens/s (time-weighted), the tokens/s the steps delivered, and ms a s
 pieces per batch size (start-up curve, its measured scale, overheads).
 
     python benchmarks/policy_outcomes.py --draft models/smollm2-lilicorr --requests 24 --max-batch 4
+
+``--regimes R``: then R rounds of the same requests served three ways — the policy, every step plain, every step
+drafting (the plan the policy would pick before its "plain is better" rules) — each round's tokens/s of the whole
+run (prefills included): does the policy beat both fixed regimes at this load?
+
+    python benchmarks/policy_outcomes.py --draft models/smollm2-lilicorr-conv --method default --requests 64 \
+        --max-batch 32 --regimes 2
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from collections.abc import Callable
 import torch
 
 from lilicorr.decoding.build import engine_from_speculative_config
+from lilicorr.decoding.policy import StepPlan, plan_step
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.runtime.dtype import resolve_dtype
@@ -76,6 +84,34 @@ def drive(engine, prompts: list[list[int]], max_batch: int, log: list | None, pl
                         sum(len(r.output_ids) for r in reqs) - before, planned()))  # fmt: skip
 
 
+def regimes(engine, prompts: list[list[int]], max_batch: int, rounds: int) -> None:
+    """The policy against its two fixed regimes on the same requests, each round in the same order."""
+    policy = engine.policy
+    as_planned = policy.plan
+
+    def plain(rows):
+        policy.last = StepPlan(len(rows), 0, [], 0.0, 0.0)
+        return policy.last
+
+    def draft(rows):
+        extra = [policy.extra_draft(k) for k in range(1, len(rows) + 1)]
+        policy.last = plan_step(policy.gains(rows), policy.verify_cost, extra, policy.extra_plain(len(rows)), -1.0)
+        return policy.last
+
+    for r in range(rounds):
+        line = []
+        for name, plan in (("policy", as_planned), ("all plain", plain), ("all drafting", draft)):
+            policy.plan = plan
+            t0 = time.perf_counter()
+            log: list = []
+            drive(engine, prompts, max_batch, log)
+            tokens = sum(x[4] for x in log)
+            drafted = sum(1 for x in log if x[1]) / max(len(log), 1)
+            line.append(f"{name} {tokens / (time.perf_counter() - t0):.1f} tokens/s ({drafted:.0%} steps drafting)")
+        policy.plan = as_planned
+        print(f"round {r + 1}: " + "; ".join(line), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", default="models/smollm2-135m-instruct")
@@ -85,11 +121,14 @@ def main() -> None:
     ap.add_argument("--max-batch", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--method", default=None, help="speculative config method (e.g. default: the tree default)")
+    ap.add_argument("--regimes", type=int, default=0, help="rounds of policy vs all plain vs all drafting")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     dtype = resolve_dtype(args.dtype)
     target = TargetRuntime.load(args.target, dtype=dtype)
-    engine = engine_from_speculative_config(target, {"model": args.draft}, dtype)
+    spec = {"model": args.draft, **({"method": args.method} if args.method else {})}
+    engine = engine_from_speculative_config(target, spec, dtype)
     policy = engine.use_load_policy()
     assert policy is not None, f"{args.draft}: no load policy for this configuration"
     planned = predicted_tokens(engine)
@@ -113,6 +152,8 @@ def main() -> None:
         print(f"b={b}: curve plain {1000 * policy.cost(b, 1):.1f} ms × scale {policy.verify_scale(b, False):.2f}, "
               f"overhead plain {1000 * policy.extra_plain(b):.1f} ms, drafting (all rows) "
               f"{1000 * policy.extra_draft(b):.1f} ms")  # fmt: skip
+    if args.regimes:
+        regimes(engine, prompt_ids(target, args.prompts, 208, args.requests), args.max_batch, args.regimes)
 
 
 if __name__ == "__main__":
