@@ -45,8 +45,8 @@ def llama_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     threads sleep beside other jobs (``cli/openmp.py``). llama-server is llama.cpp's program and is measured as
     its users run it, with libgomp's default wait: in llama.cpp's OpenMP build every graph node ends in
     ``#pragma omp barrier``, and under PASSIVE each one puts the second thread to sleep and wakes it again. On
-    the 2-core AMD EPYC that cut SmolLM2-135M Q4_1 from 160-185 to 55 tokens/s and a drafting cycle by less, so
-    speculation looked 3x better against llama.cpp's AR than a user sees (docs/results/smollm2-llamacpp-notes.md;
+    the 2-core AMD EPYC that cut SmolLM2-135M Q4_1 from 171 to 51 tokens/s and a drafting cycle by less, so
+    speculation looked about 2x better against llama.cpp's AR than a user sees (docs/results/smollm2-llamacpp-notes.md;
     ``benchmarks/llamacpp_omp_env.py``). ``extra`` may set them again, to reproduce a measurement."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_", "KMP_"))}
     return {**env, **(extra or {})}
