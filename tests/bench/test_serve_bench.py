@@ -24,6 +24,7 @@ def test_levels_interleave_arms_in_alternating_order(tmp_path, capsys):
     # reversed at every level, and each round starts where the last one's order left off
     assert order == ["plain", "drafter", "drafter", "plain", "drafter", "plain", "plain", "drafter"]
     assert len(results["config"]["prompts"]) == 3  # one pool for every level
+    assert "LILICORR_OMP_SPIN=" in results["config"]["openmp"]  # the page says how each server waited
     for name in ("plain", "drafter"):
         levels = results["arms"][name]
         assert [(lv["concurrency"], lv["round"]) for lv in levels] == [(1, 0), (1, 1), (3, 0), (3, 1)]

@@ -26,6 +26,11 @@ def test_the_serving_page_has_every_metric_and_one_figure(tmp_path):
     assert "- spec c=4: 1 × HTTP 500: slot busy" in text  # each failure named, not only counted
     assert [p.name for p in tmp_path.glob("*.png")] == ["serving.png"]
     assert "## Notes" not in text
+    assert "OpenMP:" not in text  # a run from before the wait was recorded says nothing of it
+    results["config"]["openmp"] = "our servers spin; llama-server waits"
+    assert (
+        "OpenMP: our servers spin; llama-server waits." in write_serve_page(results, tmp_path / "s.md", "x").read_text()
+    )
     (tmp_path / "serving-notes.md").write_text("- read by hand\n")
     assert write_serve_page(results, tmp_path / "serving.md", "x").read_text().endswith("## Notes\n\n- read by hand\n")
 

@@ -269,7 +269,10 @@ def run_serve_bench(cfg: ServeBenchConfig, out: Path) -> dict:
     serve`` started by hand does, not the one this bench chose for itself."""
     out.mkdir(parents=True, exist_ok=True)
     prompts = serve_prompts(cfg.requests_per_level)
-    results = {"config": {**asdict(cfg), "prompts": [p["id"] for p in prompts]}, "arms": {}}
+    spin = os.environ.get("LILICORR_OMP_SPIN", "auto")
+    openmp = (f"our servers make `lilicorr serve`'s own choice (LILICORR_OMP_SPIN={spin}; `auto`: no spin, the "
+              "PASSIVE wait); llama-server runs with llama.cpp's own OpenMP defaults")  # fmt: skip
+    results = {"config": {**asdict(cfg), "prompts": [p["id"] for p in prompts], "openmp": openmp}, "arms": {}}
     with contextlib.ExitStack() as stack:
         servers = [(arm, stack.enter_context(_server(cfg, arm, out))) for arm in cfg.arms]
         for _, srv in servers:

@@ -105,7 +105,8 @@ def write_serve_page(results: dict, page: Path, command: str) -> Path:
         "its tokens after the first (vLLM's definitions; percentiles over requests). All servers stay up for the "
         "whole run; each level runs the arms one after another, the order reversed "
         "at every level, so a drift in the machine's speed reaches every arm alike. "
-        + (f"{rounds} rounds of every level: each table cell is the median over the rounds." if rounds > 1 else ""),
+        + (f"{rounds} rounds of every level: each table cell is the median over the rounds." if rounds > 1 else "")
+        + (f" OpenMP: {cfg['openmp']}." if cfg.get("openmp") else ""),
         "",
     ]
     spread = " (range over the rounds)" if rounds > 1 else ""
