@@ -3,6 +3,7 @@ campaign, and a campaign killed at an arbitrary moment resumes to exactly the we
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -265,3 +266,22 @@ def test_a_decay_branch_forks_the_trunk_and_decays_to_zero(tiny_target_dir, rege
     plan.write_text(plan.read_text().replace('lr_schedule = "wsd"', 'lr_schedule = "cosine"'))
     with pytest.raises(ValueError, match='needs lr_schedule = "wsd"'):
         start_branch(load_campaign(plan), arm, decay_steps=2)
+
+
+def test_status_says_where_each_arms_held_out_tau_is_heading(tmp_path):
+    """The status reads each arm's held-out points from its train.log: the walk's τ for a LiLiCorr arm, the
+    greedy τ otherwise, and with a goal the steps and this arm's hours to reach it (``campaign_projection``)."""
+    path = _write(tmp_path, "t", "d")
+    camp = load_campaign(path)
+    for arm, key in (("df", "tau_top1_estimate"), ("lc", "walk_prefix")):
+        run_dir = camp.arm_run_dir(camp.arm(arm))
+        run_dir.mkdir(parents=True)
+        lines = []
+        for step, tau in ((1000, 2.0), (2000, 2.1), (4000, 2.2)):
+            val = {"tau_top1_estimate": tau, "greedy": {key: tau - (1 if key == "walk_prefix" else 0)}}
+            lines.append({"step": step, "elapsed_s": step * 1.8, "val": val})
+        (run_dir / "train.log").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    arms = {a["arm"]: a["heading"] for a in campaign_status(path, goal=2.5)["arms"]}
+    assert arms["df"]["tau"] == "tau_greedy" and arms["lc"]["tau"] == "walk_tau_greedy"
+    assert arms["df"]["per_doubling"] == pytest.approx(0.1) and arms["df"]["goal_step_fit"] == 32000
+    assert arms["df"]["hours_to_goal_fit"] == pytest.approx((32000 - 4000) * 1.8 / 3600, abs=0.05)

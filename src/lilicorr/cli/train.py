@@ -37,7 +37,7 @@ def _status(args: argparse.Namespace) -> int:
     from lilicorr.training.campaign_run import campaign_status
 
     try:
-        status = campaign_status(args.run)
+        status = campaign_status(args.run, goal=args.goal)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -58,7 +58,25 @@ def _status(args: argparse.Namespace) -> int:
             f"held-out tau {_tau(a['heldout_tau'])}{walk}, engine {engine}, "
             f"{a['hours_left']} h left, started {a['started']}"
         )
+        if a["heading"]:
+            print("    " + _heading(a["heading"]))
     return 0
+
+
+def _heading(h: dict) -> str:
+    """Where the arm's held-out tau is heading (``training.campaign_projection``), in one line."""
+    line = (f"{h['tau']} heading: {h['per_doubling']:+.3f} per doubling of steps (log fit, {h['points']} points), "
+            f"{h['per_1000_recent']:+.3f} per 1 000 steps lately")  # fmt: skip
+    if h.get("goal") is None:
+        return line
+    reach = []
+    for which, label in (("recent", "at the recent pace"), ("fit", "on the log fit")):
+        step, hours = h.get(f"goal_step_{which}"), h.get(f"hours_to_goal_{which}")
+        if not step:
+            reach.append(f"never {label}")
+            continue
+        reach.append(f"step {step:,} {label}" + (f" ({hours} h of this arm's training)" if hours is not None else ""))
+    return line + f"; {h['goal']:.3f} at " + ", ".join(reach)
 
 
 def _tau(value: float | None) -> str:
@@ -236,6 +254,12 @@ def register(sub) -> None:
     s = train.add_parser("status", help="a campaign's steps, positions, hours, held-out and engine tau, ETA")
     s.add_argument("run", help="campaign TOML file or its run folder")
     s.add_argument("--json", action="store_true")
+    s.add_argument(
+        "--goal",
+        type=float,
+        default=None,
+        help="a held-out tau: the steps and hours each arm's curve needs to reach it",
+    )
     s.set_defaults(func=_status)
     for name, help_ in (("pause", "SIGSTOP a running campaign (before timing)"), ("resume", "SIGCONT it")):
         s = train.add_parser(name, help=help_)

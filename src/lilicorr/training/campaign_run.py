@@ -21,6 +21,7 @@ from pathlib import Path
 from lilicorr.options import command_line
 from lilicorr.training.campaign import Arm, Campaign, arm_config, arm_step, load_campaign, next_segment
 from lilicorr.training.campaign_data import cache_progress, prepare_data
+from lilicorr.training.campaign_projection import project
 from lilicorr.training.curves import read_curve
 from lilicorr.training.draft_config import DraftTrainConfig
 
@@ -179,9 +180,10 @@ def _last_logged(run_dir: Path) -> dict:
     return next((json.loads(x) for x in reversed(lines) if x.startswith('{"step"')), {})
 
 
-def campaign_status(run: str | Path) -> dict:
-    """Per arm: steps of the plan, supervised positions, training hours, the latest held-out τ and engine τ, and
-    the hours left at the arm's measured pace (the plan's ETA: the arms train one after another)."""
+def campaign_status(run: str | Path, goal: float | None = None) -> dict:
+    """Per arm: steps of the plan, supervised positions, training hours, the latest held-out τ and engine τ, the
+    hours left at the arm's measured pace (the plan's ETA: the arms train one after another), and where its
+    held-out τ (the walk's for a LiLiCorr arm) is heading — with ``goal``, the steps and hours to reach it."""
     camp = _campaign_of(run)
     events = read_events(camp.run_dir)
     arms, eta = [], 0.0
@@ -195,6 +197,13 @@ def campaign_status(run: str | Path) -> dict:
         eta += left_h or 0.0
         engine = [e for e in events if e.get("event") == "engine" and e.get("arm") == arm.name]
         starts = [e for e in events if e.get("arm") == arm.name and e.get("event") in ("warm_start", "from_scratch")]
+        key = "walk_tau_greedy" if any(p.get("walk_tau_greedy") is not None for p in curve) else "tau_greedy"
+        heading = project(curve, key, goal)
+        heading_dict = None if heading is None else {"tau": key, **heading.as_dict()}
+        for which in ("fit", "recent") if heading_dict else ():  # the hours to the goal at the arm's pace
+            goal_step = heading_dict[f"goal_step_{which}"]
+            if goal_step is not None and pace:
+                heading_dict[f"hours_to_goal_{which}"] = round((goal_step - logged.get("step", step)) * pace / 3600, 1)
         arms.append(
             {
                 "arm": arm.name,
@@ -208,6 +217,7 @@ def campaign_status(run: str | Path) -> dict:
                 "engine": engine[-1]["taus"] if engine else None,
                 "started": starts[-1]["event"] if starts else None,
                 "hours_left": round(left_h, 2) if left_h is not None else None,
+                "heading": heading_dict,
             }
         )
     pid_file = camp.run_dir / "campaign.pid"
