@@ -17,10 +17,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lilicorr.bench.llamacpp import LlamaServer, chat, pooled
+from lilicorr.bench.llamacpp import LlamaServer, chat, export_drafters, pooled
 from lilicorr.bench.runner import environment
 from lilicorr.data.prompt_sets import load_set
-from lilicorr.export.gguf import export_gguf
 from lilicorr.shipped import SHIPPED_DFLASH, SHIPPED_TARGET
 
 CONVERT = Path("build/llama.cpp/src/convert_hf_to_gguf.py")
@@ -36,14 +35,11 @@ def q8_target(out: Path) -> Path:
 
 
 def drafters(out_dir: Path) -> dict[str, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    arms = {}
-    for label, kw, name in (("DFlash", {}, "full"), ("DFlash@16k", {"draft_vocab": 16384}, "draft_vocab16384")):
-        path = out_dir / f"{Path(SHIPPED_DFLASH).name}-{name}.gguf"
-        if not path.exists():
-            export_gguf(SHIPPED_DFLASH, SHIPPED_TARGET, path, **kw)
-        arms[label] = path
-    return arms
+    plan = [
+        ("DFlash", SHIPPED_DFLASH, {}, "full"),
+        ("DFlash@16k", SHIPPED_DFLASH, {"draft_vocab": 16384}, "draft_vocab16384"),
+    ]
+    return export_drafters(plan, SHIPPED_TARGET, out_dir)
 
 
 def main() -> int:

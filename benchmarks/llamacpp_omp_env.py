@@ -16,29 +16,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lilicorr.bench.llamacpp import LlamaServer, chat, pooled
+from lilicorr.bench.llamacpp import LlamaServer, chat, export_drafters, pooled
 from lilicorr.bench.runner import environment
 from lilicorr.data.prompt_sets import load_set
-from lilicorr.export.gguf import export_gguf
 from lilicorr.shipped import SHIPPED_DFLASH, SHIPPED_DRAFT, SHIPPED_TARGET
 
 ENVS = {"default": {}, "PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE"}}
 
 
 def drafter_arms(out_dir: Path) -> dict[str, Path | None]:
-    """AR and the shipped drafters as GGUF (exported here when missing, as ``llamacpp_speed.py`` names them)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    arms: dict[str, Path | None] = {"llama.cpp AR": None}
-    for label, drafter, kw, suffix in (
-        ("DFlash", SHIPPED_DFLASH, {}, "full"),
-        ("LiLiCorr (head + walk)", SHIPPED_DRAFT, {}, "full"),
-        ("LiLiCorr backbone alone", SHIPPED_DRAFT, {"backbone_only": True}, "backbone"),
-    ):
-        path = out_dir / f"{Path(drafter).name}-{suffix}.gguf"
-        if not path.exists():
-            export_gguf(drafter, SHIPPED_TARGET, path, **kw)
-        arms[label] = path
-    return arms
+    """AR and the shipped drafters as GGUF, named as ``llamacpp_speed.py`` names them."""
+    plan = [("DFlash", SHIPPED_DFLASH, {}, "full"), ("LiLiCorr (head + walk)", SHIPPED_DRAFT, {}, "full"),
+            ("LiLiCorr backbone alone", SHIPPED_DRAFT, {"backbone_only": True}, "backbone")]  # fmt: skip
+    return {"llama.cpp AR": None, **export_drafters(plan, SHIPPED_TARGET, out_dir)}
 
 
 def main() -> int:

@@ -9,10 +9,24 @@ The server process itself is ``lilicorr.runtime.llama_server.LlamaServer``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from lilicorr.runtime.llama_server import LLAMA_SERVER, LlamaServer
 
-__all__ = ["LLAMA_SERVER", "Answer", "LlamaServer", "chat", "pooled"]
+__all__ = ["LLAMA_SERVER", "Answer", "LlamaServer", "chat", "export_drafters", "pooled"]
+
+
+def export_drafters(plan: list[tuple[str, str, dict, str]], target: str, out_dir: Path) -> dict[str, Path]:
+    """``plan``: (label, drafter folder, ``export_gguf`` options, file suffix) → label: the GGUF, exported now as
+    ``out_dir/FOLDER-SUFFIX.gguf`` (every time: a file left from before a promotion would be the old drafter)."""
+    from lilicorr.export.gguf import export_gguf
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    arms = {}
+    for label, drafter, options, suffix in plan:
+        arms[label] = out_dir / f"{Path(drafter).name}-{suffix}.gguf"
+        export_gguf(drafter, target, arms[label], **options)
+    return arms
 
 
 @dataclass
