@@ -4,12 +4,12 @@ sampling distribution)."""
 
 import pytest
 import torch
-from lilicorr.decoding.policy_estimates import Overheads
 
 from lilicorr.decoding.adaptive import CostModel
 from lilicorr.decoding.build import build_engine
 from lilicorr.decoding.config import SpecConfig
 from lilicorr.decoding.policy import LoadPolicy, RowAcceptance, StepPlan, plan_step
+from lilicorr.decoding.policy_estimates import Overheads, Regimes
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from tests.decoding.engine_helpers import random_draft
@@ -257,6 +257,7 @@ def test_outcomes_are_compared_to_their_own_predictions_not_across_request_class
     for _ in range(30):  # the sampled class never accepts: its prediction says plain
         policy.record(StepPlan(1, 3, [0], 50.0, 60.0), [RowAcceptance(sampled=True)], [[0]], 0.03, 0.016)
     policy.realised.steps.clear()
+    policy.regimes = Regimes()  # the sampled drafts' measured loss would veto drafting by itself
     assert policy.plan(sampled).width == 0
 
 
@@ -351,3 +352,66 @@ def test_no_policy_without_drafts(tiny_target):
     engine.use_load_policy(batches=(1,))
     engine.generate([req])
     assert len(req.output_ids) == 4
+
+
+def test_a_measured_loss_bans_drafting_in_its_bucket_for_a_doubling_while():
+    """Session 35's batch-32 step: plain steps deliver 32 tokens in 0.27 s, one drafting step 88 tokens in 1.4 s
+    (0.53x per row-second). Judged at once (32 rows average out acceptance luck): drafting is banned for the
+    batch sizes of that bucket (32-63) for ``horizon`` steps, then for twice that after another loss; a win
+    clears the ban."""
+    reg = Regimes()
+    for _ in range(3):
+        reg.tick()
+        reg.record(32, False, 32, 0.27)
+    reg.tick()
+    reg.record(32, True, 88, 1.4)
+    assert reg.banned(32) and reg.banned(40) and not reg.banned(31) and not reg.banned(64)
+    lengths = []
+    for _ in range(2):
+        steps = 0
+        while reg.banned(32):
+            reg.tick()
+            reg.record(32, False, 32, 0.27)
+            steps += 1
+        lengths.append(steps)
+        reg.tick()
+        reg.record(33, True, 80, 1.4)  # tried again: it still loses
+    assert lengths == [reg.horizon, 2 * reg.horizon]
+    while reg.banned(32):
+        reg.tick()
+        reg.record(32, False, 32, 0.27)
+    for _ in range(3):  # now drafting pays: 60 tokens in 0.4 s (150/s against 119/s)
+        reg.tick()
+        reg.record(32, True, 60, 0.4)
+    assert not reg.banned(32) and 5 not in reg.bans
+
+
+def test_one_unlucky_row_is_not_a_verdict():
+    """At batch 1 a draft rejected whole is ordinary: one such step (1 token in twice a plain step's time) does
+    not ban drafting; ``min_steps`` of them in a row do."""
+    reg = Regimes()
+    for _ in range(3):
+        reg.tick()
+        reg.record(1, False, 1, 0.035)
+    reg.tick()
+    reg.record(1, True, 1, 0.07)
+    assert not reg.banned(1)
+    for _ in range(reg.min_steps - 1):
+        reg.tick()
+        reg.record(1, True, 1, 0.07)
+    assert reg.banned(1)
+
+
+def test_a_ban_makes_the_policy_serve_plain_steps_whatever_the_prediction():
+    """The prediction drafts; drafting steps measured in the bucket (batch 5, the same bucket as 4) delivered less
+    per row-second than plain steps: the plan is a plain step, counted as corrected on /metrics."""
+    policy = LoadPolicy(3, CPU)
+    rows = [RowAcceptance() for _ in range(4)]
+    for _ in range(3):
+        policy.record(StepPlan(4, 0, [], 235.0, 235.0), rows, [], 0.017, verify_seconds=0.016)
+    assert policy.plan(rows).width > 0 and not policy.last.corrected
+    for _ in range(policy.regimes.min_steps):
+        policy.regimes.record(5, True, 5, 0.2)
+    assert policy.regimes.banned(4)
+    assert plan_step(policy.gains(rows), policy.verify_cost, [0.0] * 4, 0.0).width > 0  # the prediction drafts
+    assert policy.plan(rows).width == 0 and policy.last.corrected

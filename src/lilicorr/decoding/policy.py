@@ -18,8 +18,9 @@ acceptance, since every cost depends on k alone — the plan maximises the predi
   (``AdaptiveWidth.curve``) of the request's *class*: greedy (T = 0) and sampled (T > 0) requests keep
   separate curves, since a draft's acceptance differs several-fold between them and a mixed workload would
   otherwise hand each the other's average. The curve's evidence decays (``memory`` per drafting step) and
-  fades while its class is paused (``fade``), so the Laplace prior (½ a position: optimistic) returns and
-  the class is tried again: a few unlucky drafts cannot pause a class for good;
+  fades while its class is paused (``fade``), so the prior (``AdaptiveWidth.prior``: ≈ 1 accepted draft at
+  any width) returns and the class is tried again where that pays — at low load, where a wide verify costs
+  about a plain step: a few unlucky drafts cannot pause a class for good;
 - ``ρ_i``: the request's recent acceptance relative to g — decayed sums of its accepted drafts and of g at
   the widths it verified, starting at 1 (as good as its class); while it is paused the evidence fades
   back to 1, so a request that once drafted badly is tried again when the batch allows it;
@@ -27,7 +28,11 @@ acceptance, since every cost depends on k alone — the plan maximises the predi
   short contexts), and ``extra`` is the measured wall time of a step beyond its verify pass (the drafter, the
   proposal, the bookkeeping), by rows (``Overheads``); both are medians of recent steps, forgotten after a
   horizon so an action the policy stopped taking is measured again. Drafting must beat the plain step by
-  ``margin``, since a wrong "draft" costs a whole wide verify and a wrong "plain" only a few tokens.
+  ``margin``, since a wrong "draft" costs a whole wide verify and a wrong "plain" only a few tokens;
+- outcomes overrule predictions twice: each action's delivered tokens/s against its own prediction
+  (``Realised``), and drafting's delivered tokens per row-second against plain steps' in the same batch-size
+  bucket (``Regimes``): a measured loss bans drafting there for ``horizon`` steps, doubled at each repeat, so
+  re-trying a losing action at high load costs a vanishing share of a long run.
 
 Lossless: the plan reads only past outcomes and measured times, never the target's current logits.
 """
@@ -40,7 +45,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lilicorr.decoding.adaptive import AdaptiveWidth, CostModel
-from lilicorr.decoding.policy_estimates import Overheads, Realised, VerifyScale, size_bucket
+from lilicorr.decoding.policy_estimates import Overheads, Realised, Regimes, VerifyScale, size_bucket
 from lilicorr.decoding.proposal import Proposal
 from lilicorr.decoding.verify import Verdict, Verifier
 
@@ -120,6 +125,7 @@ class LoadPolicy:
     extra_plain: Overheads = field(default_factory=Overheads)
     verify_scale: VerifyScale = field(default_factory=VerifyScale)
     realised: Realised = field(default_factory=Realised)
+    regimes: Regimes = field(default_factory=Regimes)
     last: StepPlan | None = None
 
     def __post_init__(self) -> None:
@@ -158,10 +164,11 @@ class LoadPolicy:
         unmeasured = not self.extra_plain.fresh(size_bucket(b))  # no plain step of this size lately: a borrowed value
         blind = self.realised.lacks_plain(b)  # drafting's outcomes have nothing to be compared with here
         losing = best.value * draft_k <= best.plain_value * plain_k * (1.0 + self.margin)
-        if best.width and (unmeasured or blind or losing):
+        vetoed = self.regimes.banned(b)  # drafting delivered less than plain steps here lately (``Regimes``)
+        if best.width and (unmeasured or blind or losing or vetoed):
             best = StepPlan(b, 0, [], best.value, best.plain_value)  # values stay the raw predictions
         best.draft_factor, best.plain_factor = draft_k, plain_k
-        best.corrected = self.realised.active(b)
+        best.corrected = self.realised.active(b) or vetoed
         self.last = best
         return best
 
@@ -178,10 +185,12 @@ class LoadPolicy:
         verify's own time goes to ``verify_scale`` and only the rest to the overheads, so a cost curve that is
         off at this size is not charged to the drafter."""
         b, w = plan.batch, plan.width
-        for clock in (self.extra_draft, self.extra_plain, self.verify_scale, self.realised):
+        for clock in (self.extra_draft, self.extra_plain, self.verify_scale, self.realised, self.regimes):
             clock.tick()
         predicted = plan.value if w else plan.plain_value
-        self.realised.record(b, w > 0, b + sum(len(p) - 1 for p in paths), predicted, seconds)
+        tokens = b + sum(len(p) - 1 for p in paths)
+        self.realised.record(b, w > 0, tokens, predicted, seconds)
+        self.regimes.record(b, w > 0, tokens, seconds)
         if verify_seconds is not None:
             self.verify_scale.record(b, w > 0, verify_seconds / max(self.cost(b, w + 1), 1e-12))
         verify = self.verify_cost(b, w + 1) if verify_seconds is None else verify_seconds

@@ -135,3 +135,67 @@ class Realised:
     def active(self, batch: int) -> bool:
         """Whether both actions have recent outcomes at this batch size (``factors`` is not the (1, 1) default)."""
         return self._factor(batch, True) is not None and self._factor(batch, False) is not None
+
+
+@dataclass
+class Regimes:
+    """Each action's delivered tokens per row-second, by power-of-two batch bucket, compared directly — and a
+    measured loss bans drafting in that bucket for a while that doubles with each repeat (``banned``).
+
+    Why, beside ``Realised``: at high load both actions can miss their predictions by the same factor (measured
+    at 32 concurrent requests: both ≈ 0.75–0.8), so comparing each with its own prediction cancels out and keeps
+    a losing action; and a policy whose evidence fades by design tries drafting again every horizon, each try a
+    step of several plain steps' cost (session 35: a batch-32 drafting step took 1.4 s and returned 88 tokens
+    against a plain step's 32 in 0.27 s; a policy drafting on 2-4 % of steps served 0.87-0.90x all-plain). A ban
+    doubling from ``horizon`` steps bounds that exploration to a vanishing share of a long run, and one measured
+    win clears it. One-sided on purpose: a rate comparison only vetoes drafting, never forces it, since the rows
+    that drafted and those left plain may be of other classes (greedy rows draft, sampled ones pause).
+
+    Per row-second: the batch size moves within a bucket as requests finish, and at a fixed bucket a step's time
+    scales with its rows at high load. ``min_steps`` drafting steps are needed before a loss is judged, one at
+    ``decisive_batch`` rows or more when it delivered under ``decisive`` of plain's rate (many rows average out
+    acceptance luck within a step; a single row's all-rejected draft is ordinary)."""
+
+    window: int = 16
+    horizon: int = 64
+    min_steps: int = 3
+    decisive: float = 0.6
+    decisive_batch: int = 8
+    max_doublings: int = 6
+    clock: int = 0
+    steps: dict[tuple[int, bool], deque] = field(default_factory=dict)  # (bucket, drafting) → (step, tokens, row-s)
+    bans: dict[int, tuple[int, int]] = field(default_factory=dict)  # bucket → (banned until step, doublings so far)
+
+    def tick(self) -> None:
+        self.clock += 1
+
+    def rate(self, bucket: int, drafting: bool) -> tuple[float, int] | None:
+        """(tokens per row-second, steps) over the fresh steps of one action in a bucket; None if none."""
+        got = [s for s in self.steps.get((bucket, drafting), ()) if self.clock - s[0] <= self.horizon]
+        return (sum(s[1] for s in got) / max(sum(s[2] for s in got), 1e-12), len(got)) if got else None
+
+    def record(self, batch: int, drafting: bool, tokens: int, seconds: float) -> None:
+        bucket = size_bucket(batch)
+        key = (bucket, drafting)
+        self.steps.setdefault(key, deque(maxlen=self.window)).append((self.clock, tokens, seconds * max(batch, 1)))
+        if drafting:
+            self._judge(bucket, batch)
+
+    def _judge(self, bucket: int, batch: int) -> None:
+        draft, plain = self.rate(bucket, True), self.rate(bucket, False)
+        if draft is None or plain is None:
+            return
+        (d_rate, d_steps), p_rate = draft, plain[0]
+        enough = d_steps >= self.min_steps or (batch >= self.decisive_batch and d_rate < self.decisive * p_rate)
+        if not enough:
+            return
+        until, doublings = self.bans.get(bucket, (0, -1))
+        if d_rate < p_rate:
+            doublings = min(doublings + 1, self.max_doublings)
+            self.bans[bucket] = (self.clock + self.horizon * 2**doublings, doublings)
+            self.steps.pop((bucket, True), None)  # the next try is judged on its own steps
+        else:
+            self.bans.pop(bucket, None)
+
+    def banned(self, batch: int) -> bool:
+        return self.bans.get(size_bucket(batch), (0, 0))[0] > self.clock
