@@ -159,3 +159,26 @@ def test_the_keys_are_declared_once():
     generate = build_parser()._subparsers._group_actions[0].choices["generate"]
     dests = {a.dest for a in generate._actions}
     assert set(COMMON_KEYS) <= dests and {"tree_budget", "tree_topk", "prompt_lookup_max"} <= dests
+
+
+def test_a_folder_can_make_its_draft_vocabulary_the_default(tmp_path):
+    """A folder whose ``draft_vocab.json`` has ``default_size`` (Gemma 3's drafters: a 262 144-token head) runs its
+    default configuration with that draft vocabulary; an explicit size wins; a named method is vLLM's rule and
+    drafts from the whole vocabulary unless asked; a bad field is refused by name."""
+    import shutil
+
+    from lilicorr.decoding.draft_vocab import write_draft_vocab
+
+    folder = tmp_path / "gemma-like"
+    shutil.copytree(LILICORR, folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    write_draft_vocab(folder, list(range(100)), {"data": []}, default_size=64)
+    assert resolve(SpecConfig(method=DEFAULT), folder).draft_vocab_size == 64
+    assert default_config(folder)["draft_vocab_size"] == 64  # what /v1/models and the cards show
+    assert resolve(SpecConfig(method=DEFAULT, draft_vocab_size=32), folder).draft_vocab_size == 32
+    assert resolve(SpecConfig(method="lilicorr"), folder).draft_vocab_size == 0
+    assert resolve(SpecConfig(method=DEFAULT), LILICORR).draft_vocab_size == 0  # shipped SmolLM2: unchanged
+    with pytest.raises(ValueError, match="default_size 101: expected 0..100"):
+        write_draft_vocab(folder, list(range(100)), {}, default_size=101)
+    (folder / "draft_vocab.json").write_text(json.dumps({"token_ids": [1, 2], "default_size": "many"}))
+    with pytest.raises(ValueError, match="field 'default_size'"):
+        resolve(SpecConfig(method=DEFAULT), folder)

@@ -241,6 +241,32 @@ def test_promotion_needs_a_lead_on_both_measures_and_is_capped(tiny_target_dir, 
     assert not list(ship_dir.parent.glob("*.promoting")) and not list(ship_dir.parent.glob("*.retired"))
 
 
+def test_a_target_with_nothing_shipped_gets_its_first_drafter_without_a_comparison(
+    tiny_target_dir, regen_data, tmp_path
+):
+    """A new target (Gemma 3 270M's first campaign) has no shipped folder to beat: the decision measures the
+    candidate alone, says so (``first``), and the promotion creates the folder, recorded as one promotion."""
+    import json
+
+    from lilicorr.training.campaign_promote import compare_for_promotion, promote
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"id": "p0", "prompt": "def f(x):", "category": "code"}) + "\n")
+    ship_dir = tmp_path / "models" / "new-target-df"
+    engine = f'[engine]\nprompts = "{prompts}"\nnum_prompts = 1\nmax_new_tokens = 4\n'
+    path = _write(tmp_path, tiny_target_dir, regen_data, name="first", steps=2)
+    path.write_text(path.read_text().replace("[arms.df]", f'{engine}[arms.df]\npromote_to = "{ship_dir}"'))
+    camp = run_campaign(path, in_process=True)
+    decision = compare_for_promotion(camp, camp.arm("df"), margin=0.5, num_prompts=1)
+    assert decision["first"] and decision["promote"] and decision["ratios"] == {}
+    assert set(decision["heldout_tau"]) == set(decision["engine_tau"]) == {"candidate"}
+    assert not ship_dir.exists()  # only measured
+    promote(camp, decision)
+    assert json.loads((ship_dir / "training_summary.json").read_text())["steps"] == 2
+    record = json.loads((ship_dir / "campaign.json").read_text())["promotions"]
+    assert len(record) == 1 and record[0]["first"] and record[0]["campaign"] == "first"
+
+
 def test_a_decay_branch_forks_the_trunk_and_decays_to_zero(tiny_target_dir, regen_data, tmp_path):
     """The candidate for promotion is the trunk's weights brought down to LR 0 in a folder of its own; the
     constant-LR trunk is not touched and carries on."""

@@ -145,7 +145,11 @@ def _draft_vocab(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     source = {"data": list(args.data), "target": args.target, "rows": len(rows), "tokens_counted": counted}
-    path = write_draft_vocab(out, order[: args.keep], source)
+    try:
+        path = write_draft_vocab(out, order[: args.keep], source, default_size=args.default_size)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(json.dumps({"written": str(path), "token_ids": min(len(order), args.keep), **source}))
     return 0
 
@@ -225,6 +229,13 @@ def register(sub) -> None:
     )
     s.add_argument("--out", required=True, help="the drafter folder to write draft_vocab.json into")
     s.add_argument("--keep", type=int, default=16384, help="most frequent ids kept in the file (default 16384)")
+    s.add_argument(
+        "--default-size",
+        type=int,
+        default=0,
+        help="the folder's default configuration drafts from this many of the ids (0: the whole vocabulary "
+        "unless asked; for a target whose LM head dwarfs the drafter, e.g. Gemma 3)",
+    )
     s.set_defaults(func=_draft_vocab)
 
     s = data.add_parser("features", help="cache the target's tapped hidden states for drafter training")

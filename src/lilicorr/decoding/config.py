@@ -166,6 +166,7 @@ class Drafter:
 
     kind: str  # a comparison arm's kind (arm.json), else "lilicorr" or "dflash"
     block_size: int
+    default_vocab: int = 0  # draft_vocab.json's ``default_size``: the folder's own draft vocabulary by default
 
     @classmethod
     def read(cls, folder: str | Path | None, draft: DraftModel | None = None) -> Drafter | None:
@@ -182,14 +183,19 @@ class Drafter:
 
             cfg = read_draft_config(folder)
             lilicorr, block = cfg.lilicorr is not None, cfg.block_size
-        return cls(arm or ("lilicorr" if lilicorr else "dflash"), block)
+        from lilicorr.decoding.draft_vocab import default_draft_vocab
+
+        vocab = default_draft_vocab(folder) if folder is not None else 0
+        return cls(arm or ("lilicorr" if lilicorr else "dflash"), block, vocab)
 
 
 def choose_method(asked: SpecConfig, drafter: Drafter | None) -> SpecConfig:
     """The one place that decides what a drafter folder runs: ``asked`` with its method named.
 
     A method named: it. No drafter: ``ar``. ``default``: the folder's fastest configuration (``FASTEST``) with
-    the user's choices on top — unless the ask has what that configuration does not take (a draft length,
+    the user's choices on top, and the folder's own draft vocabulary unless one is asked (``draft_vocab.json``'s
+    ``default_size``: a target whose LM head dwarfs the drafter, Gemma 3's 262 144 tokens, drafts from its
+    frequent tokens) — unless the ask has what that configuration does not take (a draft length,
     probabilistic drafting, an option its method lacks); then, as for ``None`` (vLLM's rule), what the folder
     is: its comparison arm, else LiLiCorr, else DFlash.
     """
@@ -209,6 +215,7 @@ def choose_method(asked: SpecConfig, drafter: Drafter | None) -> SpecConfig:
                 options={**base.options, **asked.options},
                 enable_adaptive_verification=asked.enable_adaptive_verification or base.enable_adaptive_verification,
                 draft_gate=asked.draft_gate or base.draft_gate,
+                draft_vocab_size=asked.draft_vocab_size or drafter.default_vocab,
             )
     return replace(asked, method=drafter.kind)
 

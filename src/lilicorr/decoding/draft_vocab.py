@@ -45,11 +45,33 @@ def token_frequency_order(rows: Iterable[list[int]], vocab_size: int) -> tuple[l
     return order.tolist(), total
 
 
-def write_draft_vocab(draft_dir: str | Path, order: list[int], source: dict) -> Path:
-    """Write ``draft_vocab.json`` into the drafter folder (atomically)."""
+def write_draft_vocab(draft_dir: str | Path, order: list[int], source: dict, default_size: int = 0) -> Path:
+    """Write ``draft_vocab.json`` into the drafter folder (atomically); ``default_size`` > 0: the folder's default
+    configuration drafts from that many of its tokens (``default_draft_vocab``)."""
+    if not 0 <= default_size <= len(order):
+        raise ValueError(f"default_size {default_size}: expected 0..{len(order)} (the ids kept)")
     path = Path(draft_dir) / FILE
-    atomic_write_text(path, json.dumps({"token_ids": order, "source": source}) + "\n")
+    extra = {"default_size": default_size} if default_size else {}
+    atomic_write_text(path, json.dumps({"token_ids": order, **extra, "source": source}) + "\n")
     return path
+
+
+def default_draft_vocab(draft_dir: str | Path) -> int:
+    """The draft vocabulary the folder's default configuration uses: ``draft_vocab.json``'s ``default_size``, 0
+    (the whole vocabulary) without one. Why a field of the folder: whether a reduced head pays depends on the
+    target's vocabulary (SmolLM2's 49 152 tokens: left off, its shipped defaults were measured without; Gemma 3's
+    262 144: the head alone outweighs the drafter's layers), so the folder that ships the list says whether to
+    use it."""
+    path = Path(draft_dir) / FILE
+    if not path.exists():
+        return 0
+    try:
+        size = json.loads(path.read_text()).get("default_size", 0)
+    except (json.JSONDecodeError, AttributeError) as e:
+        raise ValueError(f"{path}: expected a JSON object with 'token_ids' ({e})") from e
+    if not isinstance(size, int) or size < 0:
+        raise ValueError(f"{path}: field 'default_size' must be a count of tokens >= 0 (found {size!r})")
+    return size
 
 
 def read_draft_vocab(draft_dir: str | Path | None, size: int, vocab_size: int) -> torch.Tensor:

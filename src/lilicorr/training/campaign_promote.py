@@ -4,7 +4,10 @@ Every bf16 drafter committed stays in git history (≈ 19 MB each), so a checkpo
 ahead of the shipped folder by a stated margin on BOTH measures: the held-out blocks (the campaign's validation
 rows, the same blocks for both, as ``lilicorr train eval``) and the engine (``lilicorr bench`` at T = 0 on the
 campaign's fixed prompts, both drafters in one process). At most ``MAX_PROMOTIONS`` per shipped folder per
-campaign; the folder's ``campaign.json`` records each one (step, figures, margins).
+campaign; the folder's ``campaign.json`` records each one (step, figures, margins). A target with nothing
+shipped yet (the folder does not exist) gets its first drafter without a comparison, its figures recorded all
+the same; that first ship counts as one of the folder's promotions. Shipped weight files are split into files of
+at most 20 MB (``checkpoint/shards.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lilicorr.checkpoint.shards import reshard_folder
 from lilicorr.data.atomic import atomic_write_dir
 from lilicorr.training.campaign import Arm, Campaign, arm_step
 from lilicorr.training.evaluate import evaluate_draft
@@ -64,13 +68,19 @@ def compare_for_promotion(
     val = camp.train.get("val_data") or camp.train["data"]
     feats = camp.train.get("val_features") if camp.train.get("val_data") else camp.train.get("features")
     n_val = int(camp.train.get("val_sequences", 64))  # the rows the campaign validates on
+    first = not shipped.exists()  # nothing shipped for this target yet: the first drafter has nothing to beat
+    folders = {"candidate": candidate} if first else {"shipped": shipped, "candidate": candidate}
     held = {
         name: heldout_tau(evaluate_draft(folder, camp.train["target"], val, feats, n_val, threads=camp.threads))
-        for name, folder in (("shipped", shipped), ("candidate", candidate))
+        for name, folder in folders.items()
     }
-    engine = _engine_taus(camp, {shipped.name: shipped, candidate.name: candidate}, num_prompts, work / "bench")
-    engine = {"shipped": engine[shipped.name], "candidate": engine[candidate.name]}
-    ratios = {k: round(v["candidate"] / v["shipped"], 4) for k, v in (("heldout", held), ("engine", engine))}
+    taus = _engine_taus(camp, {f.name: f for f in folders.values()}, num_prompts, work / "bench")
+    engine = {name: taus[f.name] for name, f in folders.items()}
+    ratios = (
+        {}
+        if first
+        else {k: round(v["candidate"] / v["shipped"], 4) for k, v in (("heldout", held), ("engine", engine))}
+    )
     return {
         "arm": arm.name,
         "step": arm_step(camp, arm),
@@ -82,7 +92,8 @@ def compare_for_promotion(
         "engine_prompts": num_prompts,
         "ratios": ratios,
         "margin": margin,
-        "promote": all(r >= 1 + margin for r in ratios.values()),
+        "first": first,
+        "promote": all(r >= 1 + margin for r in ratios.values()),  # a first ship: nothing to beat
     }
 
 
@@ -121,6 +132,7 @@ def promote(camp: Campaign, decision: dict) -> Path:
             if (shipped / name).exists() and not (staged / name).exists():
                 shutil.copy2(shipped / name, staged / name)
         (staged / "campaign.json").write_text(history)
+        reshard_folder(staged)  # the staged folder starts empty: no shard of the shipped weights is left over
 
     atomic_write_dir(shipped, write)  # staged beside it, then swapped in, with plain permissions
     return shipped
