@@ -301,19 +301,3 @@ def test_paused_steps_defer_the_draft_context_exactly(tiny_target):
     while engine.seqs:
         engine.step()
     assert [r.output_ids for r in reqs] == ref
-
-
-def test_an_unmeasured_tree_expects_about_one_accepted_draft_like_a_chain():
-    """Before any evidence a 15-node tree and a 15-token chain each expect < 1 accepted draft at full width
-    (½ per chain position, ½^rank per tree node): a tree no longer starts at ½ a node, 7.5 drafts a row, which
-    made the load policy's first high-load steps draft at a loss. At batch 1 a cheap wide verify still makes
-    trying worthwhile; at batch 32 on a CPU-like curve it is a plain step."""
-    from lilicorr.decoding.policy import LoadPolicy, RowAcceptance, plan_step
-
-    cpu = CostModel(base=0.0, per_token=0.0, points=((1.0, 0.016), (16.0, 0.016), (64.0, 0.064), (512.0, 0.512)))
-    for tree in (False, True):
-        curve = AdaptiveWidth(15, cpu, tree=tree).curve()
-        assert 0.9 < float(curve[-1]) < 1.0 and float(curve[1]) == 0.5
-        policy = LoadPolicy(15, cpu, tree=tree)
-        assert plan_step(policy.gains([RowAcceptance()]), cpu, [0.0], 0.0).width > 0
-        assert plan_step(policy.gains([RowAcceptance() for _ in range(32)]), cpu, [0.0] * 32, 0.0).width == 0

@@ -386,10 +386,11 @@ def test_a_measured_loss_bans_drafting_in_its_bucket_for_a_doubling_while():
     assert not reg.banned(32) and 5 not in reg.bans
 
 
-def test_one_unlucky_row_is_not_a_verdict():
-    """At batch 1 a draft rejected whole is ordinary: one such step (1 token in twice a plain step's time) does
-    not ban drafting; ``min_steps`` of them in a row do."""
-    reg = Regimes()
+def test_one_unlucky_row_is_not_a_verdict_and_small_batches_are_left_to_the_prediction():
+    """A draft rejected whole is ordinary for one row: one such step (1 token in twice a plain step's time) does
+    not ban drafting; ``min_steps`` of them in a row do. By default batches under ``min_batch`` rows are not
+    judged at all (one request's luck and class; the prediction knows its class)."""
+    reg = Regimes(min_batch=1)
     for _ in range(3):
         reg.tick()
         reg.record(1, False, 1, 0.035)
@@ -400,18 +401,38 @@ def test_one_unlucky_row_is_not_a_verdict():
         reg.tick()
         reg.record(1, True, 1, 0.07)
     assert reg.banned(1)
+    default = Regimes()
+    for drafting in [False] * 3 + [True] * 5:
+        default.tick()
+        default.record(4, drafting, 1 if drafting else 4, 0.2)
+    assert not default.banned(4) and not default.steps
 
 
 def test_a_ban_makes_the_policy_serve_plain_steps_whatever_the_prediction():
-    """The prediction drafts; drafting steps measured in the bucket (batch 5, the same bucket as 4) delivered less
+    """The prediction drafts; drafting steps measured in the bucket (batch 9, the same bucket as 8) delivered less
     per row-second than plain steps: the plan is a plain step, counted as corrected on /metrics."""
     policy = LoadPolicy(3, CPU)
-    rows = [RowAcceptance() for _ in range(4)]
+    rows = [RowAcceptance() for _ in range(8)]
     for _ in range(3):
-        policy.record(StepPlan(4, 0, [], 235.0, 235.0), rows, [], 0.017, verify_seconds=0.016)
+        policy.record(StepPlan(8, 0, [], 470.0, 470.0), rows, [], 0.017, verify_seconds=0.016)
     assert policy.plan(rows).width > 0 and not policy.last.corrected
     for _ in range(policy.regimes.min_steps):
-        policy.regimes.record(5, True, 5, 0.2)
-    assert policy.regimes.banned(4)
-    assert plan_step(policy.gains(rows), policy.verify_cost, [0.0] * 4, 0.0).width > 0  # the prediction drafts
+        policy.regimes.record(9, True, 9, 0.2)
+    assert policy.regimes.banned(8)
+    assert plan_step(policy.gains(rows), policy.verify_cost, [0.0] * 8, 0.0).width > 0  # the prediction drafts
     assert policy.plan(rows).width == 0 and policy.last.corrected
+
+
+def test_an_unmeasured_tree_is_tried_at_batch_1_and_not_at_batch_32():
+    """Before any evidence a 15-node tree's prior is optimistic at low load (½ a node: every width gets tried
+    where a wide verify costs about a plain step) and cautious at high load (½, ¼, … by rank: ≈ 1 accepted draft,
+    as a chain's prior), where a try costs several plain steps; a chain's prior is ≈ 1 draft at either load."""
+    cpu = CostModel(base=0.0, per_token=0.0, points=((1.0, 0.016), (16.0, 0.016), (64.0, 0.064), (512.0, 0.512)))
+    tree = LoadPolicy(15, cpu, tree=True)
+    assert float(tree.gains([RowAcceptance()])[0, -1]) == pytest.approx(7.5)
+    assert plan_step(tree.gains([RowAcceptance()]), cpu, [0.0], 0.0).width == 15
+    loaded = tree.gains([RowAcceptance() for _ in range(32)])  # [32, 16]
+    assert float(loaded[0, -1]) < 1.0
+    assert plan_step(loaded, cpu, [0.0] * 32, 0.0).width == 0
+    chain = LoadPolicy(15, cpu)
+    assert float(chain.gains([RowAcceptance()])[0, -1]) == float(chain.gains([RowAcceptance()] * 32)[0, -1]) < 1.0

@@ -86,11 +86,8 @@ class AdaptiveWidth:
 
     A weak drafter's probabilities are far below its real acceptance (flat softmax over a large
     vocabulary), so they are not used as probabilities: per position (a tree: per best-first rank) the
-    engine keeps the realised rate over the steps that reached it (two pseudo-steps of a prior: ½ per chain
-    position, so a chain of any width starts at ≈ 1 expected accepted draft; ½, ¼, … by a tree's best-first
-    rank, so an unmeasured tree starts at ≈ 1 too, not at ½ a node — 7.5 drafts for a 15-node tree, which
-    made the load policy draft its first steps at batch 17 and 32 at 0.3-0.45x plain steps' rate, session 36) and the
-    proposer's mean confidence there; a row's estimate is that rate scaled
+    engine keeps the realised rate over the steps that reached it (Laplace: starts at ½, optimistic, so
+    every width gets tried) and the proposer's mean confidence there; a row's estimate is that rate scaled
     by how sure the proposer is of this token relative to its mean, capped at 1. A chain position is
     reached when every draft before it was accepted and counts as realised when it is accepted too; a
     tree node is reached whenever it is verified and realised when it lies on the accepted path."""
@@ -107,18 +104,11 @@ class AdaptiveWidth:
         self.predicted = self.predicted or [0.0] * self.n
         self.realised = self.realised or [0.0] * self.n
 
-    def prior(self) -> torch.Tensor:
-        """Per position, the rate before any evidence: ``[n]`` — ½ (a chain's cumulative product does the rest),
-        or ½^rank for a tree's nodes, whose rates add."""
-        if not self.tree:
-            return torch.full((self.n,), 0.5, dtype=torch.float64)
-        return 0.5 ** torch.arange(1, self.n + 1, dtype=torch.float64)
-
     def acceptance(self, conf: torch.Tensor) -> torch.Tensor:
         """``conf [batch, n]`` → calibrated conditional acceptance per row and position ``[batch, n]``."""
         n = conf.shape[1]
         reached = torch.tensor(self.reached[:n], dtype=torch.float64)
-        rate = (torch.tensor(self.realised[:n], dtype=torch.float64) + 2.0 * self.prior()[:n]) / (reached + 2.0)  # [n]
+        rate = (torch.tensor(self.realised[:n], dtype=torch.float64) + 1.0) / (reached + 2.0)  # [n]
         mean_conf = torch.tensor(self.predicted[:n], dtype=torch.float64) / reached.clamp_min(1.0)
         relative = torch.where(reached > 0, conf.double() / mean_conf.clamp_min(1e-9), torch.ones_like(conf.double()))
         return (rate * relative).clamp(0, 1)
@@ -130,11 +120,19 @@ class AdaptiveWidth:
             reach = reach.cumprod(1)  # chain: P(first j+1 drafts all accepted)
         return torch.cat([torch.zeros(conf.shape[0], 1, dtype=torch.float64), reach.cumsum(1)], 1)
 
-    def curve(self) -> torch.Tensor:
+    def curve(self, optimistic: bool = True) -> torch.Tensor:
         """Expected accepted drafts at each width 0…n for a row as sure as usual — the realised rates alone,
-        so it is known before the drafter runs (the load policy decides then): ``[n + 1]``."""
+        so it is known before the drafter runs (the load policy decides then): ``[n + 1]``. ``optimistic``:
+        the Laplace prior of ½ per position or node, so every width gets tried; else, for a tree, ½, ¼, … by
+        rank, ≈ 1 accepted draft at any width like a chain's prior — what the load policy assumes at high load,
+        where a try costs several plain steps (an unmeasured 15-node tree expected 7.5 drafts a row and the
+        first steps at batch 17 and 32 drafted at 0.3–0.45x plain steps' rate, session 36). Evidence outweighs
+        either prior after a few steps."""
         reached = torch.tensor(self.reached, dtype=torch.float64)
-        reach = (torch.tensor(self.realised, dtype=torch.float64) + 2.0 * self.prior()) / (reached + 2.0)  # [n]
+        prior = torch.full_like(reached, 0.5)
+        if self.tree and not optimistic:
+            prior = 0.5 ** torch.arange(1, self.n + 1, dtype=torch.float64)
+        reach = (torch.tensor(self.realised, dtype=torch.float64) + 2.0 * prior) / (reached + 2.0)  # [n]
         if not self.tree:
             reach = reach.cumprod(0)  # chain: P(first j+1 drafts all accepted)
         return torch.cat([torch.zeros(1, dtype=torch.float64), reach.cumsum(0)])

@@ -18,9 +18,9 @@ acceptance, since every cost depends on k alone — the plan maximises the predi
   (``AdaptiveWidth.curve``) of the request's *class*: greedy (T = 0) and sampled (T > 0) requests keep
   separate curves, since a draft's acceptance differs several-fold between them and a mixed workload would
   otherwise hand each the other's average. The curve's evidence decays (``memory`` per drafting step) and
-  fades while its class is paused (``fade``), so the prior (``AdaptiveWidth.prior``: ≈ 1 accepted draft at
-  any width) returns and the class is tried again where that pays — at low load, where a wide verify costs
-  about a plain step: a few unlucky drafts cannot pause a class for good;
+  fades while its class is paused (``fade``), so the Laplace prior (½ a position: optimistic; at high load a
+  tree's is ½, ¼, … by rank) returns and the class is tried again: a few unlucky drafts cannot pause a class for
+  good;
 - ``ρ_i``: the request's recent acceptance relative to g — decayed sums of its accepted drafts and of g at
   the widths it verified, starting at 1 (as good as its class); while it is paused the evidence fades
   back to 1, so a request that once drafted badly is tried again when the batch allows it;
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lilicorr.decoding.adaptive import AdaptiveWidth, CostModel
-from lilicorr.decoding.policy_estimates import Overheads, Realised, Regimes, VerifyScale, size_bucket
+from lilicorr.decoding.policy_estimates import LOADED_BATCH, Overheads, Realised, Regimes, VerifyScale, size_bucket
 from lilicorr.decoding.proposal import Proposal
 from lilicorr.decoding.verify import Verdict, Verifier
 
@@ -137,8 +137,10 @@ class LoadPolicy:
         return self.calib_sampled if sampled else self.calib
 
     def gains(self, rows: list[RowAcceptance]) -> torch.Tensor:
-        """``[b, n + 1]``: E_i(W) = min(ρ_i · g_class(i)(W), W)."""
-        curves = {c: self.curve_of(c).curve() for c in (False, True)}  # [n + 1] each
+        """``[b, n + 1]``: E_i(W) = min(ρ_i · g_class(i)(W), W); at high load (``LOADED_BATCH`` rows) g takes the
+        tree's cautious prior (``AdaptiveWidth.curve``), where a try is dear."""
+        optimistic = len(rows) < LOADED_BATCH
+        curves = {c: self.curve_of(c).curve(optimistic) for c in (False, True)}  # [n + 1] each
         g = torch.stack([curves[r.sampled] for r in rows]) if rows else torch.zeros(0, self.n + 1)  # [b, n + 1]
         rho = torch.tensor([r.rho(self.prior) for r in rows], dtype=torch.float64)  # [b]
         return torch.minimum(rho[:, None] * g, torch.arange(self.n + 1, dtype=torch.float64)[None])
@@ -204,7 +206,7 @@ class LoadPolicy:
             self.extra_plain.record(b, seconds - verify)
             return
         self.extra_draft.record(len(plan.rows), seconds - verify)
-        g = {c: float(self.curve_of(c).curve()[w]) for c in (False, True)}
+        g = {c: float(self.curve_of(c).curve(b < LOADED_BATCH)[w]) for c in (False, True)}  # as ``gains`` read it
         by_class: dict[bool, list[list[int]]] = {}
         for i, path in zip(plan.rows, paths, strict=True):
             r = rows[i]
