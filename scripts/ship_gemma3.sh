@@ -9,6 +9,12 @@
 #      (--categories code); merged into one file whose first 64 rows (ShareGPT) are the held-out rows
 #   4. features: the target's tapped hidden states of that file (packed cache)
 #   5. campaign: configs/campaign/gemma3-270m-v1.toml (DFlash and LiLiCorr, identical data, steps and seed)
+#   6. ship (not a default stage: STAGES=ship, once the campaign's engine sample says the drafters pay): the
+#      arms' current weights become models/gemma3-270m-{dflash,lilicorr} (`lilicorr train promote --apply`: the
+#      first drafters of a target have nothing to beat; split into <= 20 MB files), each with its draft
+#      vocabulary (the 16 384 most frequent answer tokens of the training file: the campaign's training vocabulary
+#      counted over its held-out rows too) as its default and
+#      its card. Later promotions must beat the shipped folder: `lilicorr train promote CAMPAIGN ARM --apply`.
 # Knobs: STAGES (default "prompts data features campaign"), SHAREGPT_ROWS (2048), CODE_ROWS (1024), NEW_TOKENS (256),
 # REGEN_ENGINE (auto: vLLM where `make compat` built its venv — on Gemma 3 270M in fp32 its 32 greedy continuations
 # of 256 tokens equal this project's engine's token for token, 2026-12-05; not timed side by side here —, else the
@@ -58,6 +64,17 @@ fi
 
 if has features; then
   $L data features --target $TARGET --data $DATA --out $FEATS --threads "$THREADS"
+fi
+
+if has ship; then
+  for arm in gemma3-270m-dflash gemma3-270m-lilicorr; do
+    if [ -f models/$arm/config.json ]; then echo "models/$arm is shipped: later ones go through train promote"; continue; fi
+    $L train promote $CAMPAIGN $arm --apply
+    # Gemma's LM head (262 144 x 640) outweighs the drafter's layers: its default configuration drafts from the
+    # tokens it was trained on (docs/guide/targets.md, "The reduced training vocabulary")
+    $L data draft-vocab --target $TARGET --data $DATA --out models/$arm --keep 16384 --default-size 16384
+    $L card draft models/$arm --data-meta $DATA.json
+  done
 fi
 
 if has campaign; then
