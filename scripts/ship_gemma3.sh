@@ -72,7 +72,7 @@ if has ship; then
     $L train promote $CAMPAIGN $arm --apply
     # Gemma's LM head (262 144 x 640) outweighs the drafter's layers: its default configuration drafts from the
     # tokens it was trained on (docs/guide/targets.md, "The reduced training vocabulary")
-    $L data draft-vocab --target $TARGET --data $DATA --out models/$arm --keep 16384 --default-size 16384
+    $L data draft-vocab --target $TARGET --data $DATA --out models/$arm --keep 16384 --default-size all
     $L card draft models/$arm --data-meta $DATA.json
   done
 fi

@@ -117,3 +117,22 @@ def test_a_promoted_folder_card_names_the_campaign_its_decision_and_the_trunk_cu
     assert "9.900" not in text  # the other arm's curve stays out
     assert "7.700" not in text and "8.800" not in text  # nor the trunk's steps after the promoted one
     assert "step 4000: lc τ 1.610" in text
+    first = {**decision, "branch": None, "first": True, "ratios": {}, "heldout_tau": {"candidate": 3.65},
+             "engine_tau": {"candidate": 1.62}}  # fmt: skip
+    (folder / "campaign.json").write_text(json.dumps({"promotions": [first]}))
+    text = "\n".join(campaign_section(folder))  # a target's first drafter: its figures alone, no ratio
+    assert (
+        "first drafter (nothing shipped to beat)" in text
+        and "| held-out τ (campaign validation blocks) | 3.650 |" in text
+    )
+    assert "ratio" not in text
+
+
+def test_a_default_draft_vocabulary_is_on_the_card(tmp_path):
+    from lilicorr.cards.draft import draft_vocab_section
+    from lilicorr.decoding.draft_vocab import write_draft_vocab
+
+    write_draft_vocab(tmp_path, [5, 3, 9], {"data": ["d.safetensors"], "rows": 2, "tokens_counted": 6})
+    assert "default_size" not in "\n".join(draft_vocab_section(tmp_path))
+    write_draft_vocab(tmp_path, [5, 3, 9], {"data": ["d.safetensors"]}, default_size=3)
+    assert "Its `default_size` 3: the folder's default configuration" in "\n".join(draft_vocab_section(tmp_path))

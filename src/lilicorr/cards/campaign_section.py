@@ -88,12 +88,7 @@ def campaign_section(model_dir: Path) -> list[str]:
             + " --apply",
             "```",
             "",
-            f"| measure | the folder before | this drafter | ratio (margin {p['margin']:.0%}) |",
-            "|---|---|---|---|",
-            f"| held-out τ (campaign validation blocks) | {p['heldout_tau']['shipped']:.3f} | "
-            f"{p['heldout_tau']['candidate']:.3f} | {p['ratios']['heldout']:.3f} |",
-            f"| engine τ ({p['engine_prompts']} MT-Bench + HumanEval prompts, T = 0) | "
-            f"{p['engine_tau']['shipped']:.3f} | {p['engine_tau']['candidate']:.3f} | {p['ratios']['engine']:.3f} |",
+            *_decision(p),
         ]
         if warm:
             lines += [
@@ -106,6 +101,28 @@ def campaign_section(model_dir: Path) -> list[str]:
         walk = any((e.get("val") or {}).get("walk_tau_greedy") is not None for e in events if e.get("arm") == arm)
         lines += [*_curve(events, arm, walk, p["step"]), *_engine(events, arm, p["step"]), ""]
     return lines[:-1]  # no blank line after the last promotion
+
+
+def _decision(p: dict) -> list[str]:
+    """The promotion's figures: against the folder it replaced, or alone for a target's first drafter."""
+    engine = f"engine τ ({p['engine_prompts']} MT-Bench + HumanEval prompts, T = 0)"
+    if p.get("first"):
+        return [
+            "The target's first drafter (nothing shipped to beat), measured when shipped:",
+            "",
+            "| measure | this drafter |",
+            "|---|---|",
+            f"| held-out τ (campaign validation blocks) | {p['heldout_tau']['candidate']:.3f} |",
+            f"| {engine} | {p['engine_tau']['candidate']:.3f} |",
+        ]
+    return [
+        f"| measure | the folder before | this drafter | ratio (margin {p['margin']:.0%}) |",
+        "|---|---|---|---|",
+        f"| held-out τ (campaign validation blocks) | {p['heldout_tau']['shipped']:.3f} | "
+        f"{p['heldout_tau']['candidate']:.3f} | {p['ratios']['heldout']:.3f} |",
+        f"| {engine} | {p['engine_tau']['shipped']:.3f} | {p['engine_tau']['candidate']:.3f} | "
+        f"{p['ratios']['engine']:.3f} |",
+    ]
 
 
 def _run_dir(promotion: dict) -> Path:

@@ -251,5 +251,11 @@ def draft_vocab_section(model_dir: Path) -> list[str]:
         f"{src.get('tokens_counted', '?')} tokens), written by `lilicorr data draft-vocab --target "
         f"{src.get('target', '?')} --data {' '.join(src.get('data', []))} --out {model_dir}`. With "
         "`draft_vocab_size: N` (speculative config; `--draft-vocab-size N`) the engine drafts through the LM "
-        "head over the first N of them only — cheaper, still lossless. vLLM and SGLang ignore the file.",
+        "head over the first N of them only — cheaper, still lossless. vLLM and SGLang ignore the file."
+        + (
+            f" Its `default_size` {d['default_size']}: the folder's default configuration (`--draft` alone, "
+            "`make run`, a bare `serve`) drafts from that many unless another size is asked."
+            if d.get("default_size")
+            else ""
+        ),
     ]

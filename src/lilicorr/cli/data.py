@@ -114,6 +114,12 @@ def _unpack(args: argparse.Namespace) -> int:
     return 0
 
 
+def _count_or_all(text: str) -> int | str:
+    if text == "all" or (text.isdigit() and int(text) >= 0):
+        return text if text == "all" else int(text)
+    raise argparse.ArgumentTypeError(f"expected a count of tokens >= 0 or 'all', found {text!r}")
+
+
 def _draft_vocab(args: argparse.Namespace) -> int:
     """Count tokens in the given data and write the drafter folder's ``draft_vocab.json``."""
     from transformers import AutoConfig, AutoTokenizer
@@ -146,7 +152,9 @@ def _draft_vocab(args: argparse.Namespace) -> int:
         return 2
     source = {"data": list(args.data), "target": args.target, "rows": len(rows), "tokens_counted": counted}
     try:
-        path = write_draft_vocab(out, order[: args.keep], source, default_size=args.default_size)
+        kept = order[: args.keep]
+        default = len(kept) if args.default_size == "all" else args.default_size
+        path = write_draft_vocab(out, kept, source, default_size=default)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -231,10 +239,10 @@ def register(sub) -> None:
     s.add_argument("--keep", type=int, default=16384, help="most frequent ids kept in the file (default 16384)")
     s.add_argument(
         "--default-size",
-        type=int,
+        type=_count_or_all,
         default=0,
-        help="the folder's default configuration drafts from this many of the ids (0: the whole vocabulary "
-        "unless asked; for a target whose LM head dwarfs the drafter, e.g. Gemma 3)",
+        help="the folder's default configuration drafts from this many of the ids ('all': every id kept; 0: the "
+        "whole vocabulary unless asked) — for a target whose LM head dwarfs the drafter, e.g. Gemma 3",
     )
     s.set_defaults(func=_draft_vocab)
 
