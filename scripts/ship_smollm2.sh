@@ -42,7 +42,7 @@ MIXED_FEATS=data/cache/features-smollm2-first-fixed
 TRAIN_ROWS=${TRAIN_ROWS:-greedy}
 ROW_KIND=${TRAIN_ROWS%%-*}  # what the trainer's --train-rows keeps (fixed answers count as greedy rows)
 TRAIN_THREADS=${TRAIN_THREADS:-1}  # threads per training process (the stages run one process a core; 2 for a lone stage)
-LAYERS=${LAYERS:-1}  # drafter layers (one since v2: docs/archive/curves-smollm2-kd-mix.md; depth again: docs/results/smollm2-depth.md)
+LAYERS=${LAYERS:-1}  # drafter layers (one since v2: docs/archive/curves-smollm2-kd-mix.md; depth again: docs/archive/smollm2-depth.md)
 if [[ $TRAIN_ROWS == allgreedy ]]; then  # the committed packs (data/packs/): 4 320 greedy first turns, all greedy,
   # validated on the 64 rows of the v5 layout packed beside them — no answering on a fresh disk
   ROW_KIND=greedy MIXED=data/regen-smollm2/sharegpt-first-val64.safetensors MIXED_FEATS=data/cache/features-smollm2-first-val64

@@ -136,3 +136,19 @@ def test_a_default_draft_vocabulary_is_on_the_card(tmp_path):
     assert "default_size" not in "\n".join(draft_vocab_section(tmp_path))
     write_draft_vocab(tmp_path, [5, 3, 9], {"data": ["d.safetensors"]}, default_size=3)
     assert "Its `default_size` 3: the folder's default configuration" in "\n".join(draft_vocab_section(tmp_path))
+
+
+def test_a_card_says_when_vllm_cannot_serve_the_pair_yet(tmp_path):
+    """A Gemma 3 target: vLLM 0.32 loads the drafter but refuses the pair at start-up (make compat records it)."""
+    import json
+
+    from lilicorr.cards.draft import card_intro
+
+    cfg = {"architectures": ["DFlashDraftModel"], "dflash_config": {}}
+    for arch, says in (("Gemma3ForCausalLM", True), ("LlamaForCausalLM", False)):
+        target = tmp_path / arch
+        target.mkdir()
+        (target / "config.json").write_text(json.dumps({"architectures": [arch]}))
+        intro = card_intro(cfg, {"target": str(target), "mode": "dflash"})
+        assert ("vLLM 0.32 cannot serve it yet" in intro) == says
+    assert "cannot serve" not in card_intro(cfg, {"target": str(tmp_path / "absent"), "mode": "dflash"})
