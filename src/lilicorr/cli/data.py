@@ -115,7 +115,7 @@ def _unpack(args: argparse.Namespace) -> int:
 
 
 def _count_or_all(text: str) -> int | str:
-    if text == "all" or (text.isdigit() and int(text) >= 0):
+    if text == "all" or text.isdigit():
         return text if text == "all" else int(text)
     raise argparse.ArgumentTypeError(f"expected a count of tokens >= 0 or 'all', found {text!r}")
 

@@ -136,11 +136,14 @@ class LoadPolicy:
         """The curve of a class of requests: greedy (``calib``) or sampled (``calib_sampled``)."""
         return self.calib_sampled if sampled else self.calib
 
+    def curves(self, batch: int) -> dict[bool, torch.Tensor]:
+        """g of each class (sampled or not) at this batch size: ``[n + 1]`` each; at high load (``LOADED_BATCH``
+        rows) with the tree's cautious prior (``AdaptiveWidth.curve``), where a try is dear."""
+        return {c: self.curve_of(c).curve(batch < LOADED_BATCH) for c in (False, True)}
+
     def gains(self, rows: list[RowAcceptance]) -> torch.Tensor:
-        """``[b, n + 1]``: E_i(W) = min(ρ_i · g_class(i)(W), W); at high load (``LOADED_BATCH`` rows) g takes the
-        tree's cautious prior (``AdaptiveWidth.curve``), where a try is dear."""
-        optimistic = len(rows) < LOADED_BATCH
-        curves = {c: self.curve_of(c).curve(optimistic) for c in (False, True)}  # [n + 1] each
+        """``[b, n + 1]``: E_i(W) = min(ρ_i · g_class(i)(W), W)."""
+        curves = self.curves(len(rows))
         g = torch.stack([curves[r.sampled] for r in rows]) if rows else torch.zeros(0, self.n + 1)  # [b, n + 1]
         rho = torch.tensor([r.rho(self.prior) for r in rows], dtype=torch.float64)  # [b]
         return torch.minimum(rho[:, None] * g, torch.arange(self.n + 1, dtype=torch.float64)[None])
@@ -206,7 +209,7 @@ class LoadPolicy:
             self.extra_plain.record(b, seconds - verify)
             return
         self.extra_draft.record(len(plan.rows), seconds - verify)
-        g = {c: float(self.curve_of(c).curve(b < LOADED_BATCH)[w]) for c in (False, True)}  # as ``gains`` read it
+        g = {c: float(curve[w]) for c, curve in self.curves(b).items()}  # as ``gains`` read it for this plan
         by_class: dict[bool, list[list[int]]] = {}
         for i, path in zip(plan.rows, paths, strict=True):
             r = rows[i]

@@ -190,7 +190,7 @@ class Regimes:
             return
         bucket = size_bucket(batch)
         key = (bucket, drafting)
-        self.steps.setdefault(key, deque(maxlen=self.window)).append((self.clock, tokens, seconds * max(batch, 1)))
+        self.steps.setdefault(key, deque(maxlen=self.window)).append((self.clock, tokens, seconds * batch))
         if drafting:
             self._judge(bucket, batch)
 
@@ -202,7 +202,7 @@ class Regimes:
         enough = d_steps >= self.min_steps or (batch >= self.decisive_batch and d_rate < self.decisive * p_rate)
         if not enough:
             return
-        until, doublings = self.bans.get(bucket, (0, -1))
+        doublings = self.bans.get(bucket, (0, -1))[1]
         if d_rate < p_rate:
             doublings = min(doublings + 1, self.max_doublings)
             self.bans[bucket] = (self.clock + self.horizon * 2**doublings, doublings)
