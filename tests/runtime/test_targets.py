@@ -10,7 +10,14 @@ import pytest
 
 from lilicorr.data.wheels import WheelFile, assemble
 from lilicorr.runtime.folder import TargetError
-from lilicorr.runtime.targets import DEFAULT_TARGET, TARGETS, get_target, spec_for_folder
+from lilicorr.runtime.targets import (
+    DEFAULT_TARGET,
+    EVAL_PROMPTS,
+    EVAL_PROMPTS_RAW,
+    TARGETS,
+    get_target,
+    spec_for_folder,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,6 +33,21 @@ def test_registry_rows_are_complete_and_their_folders_stay_out_of_git():
     assert not gemma.chat and gemma.base_model == "google/gemma-3-270m" and len(gemma.parts) == 4
     with pytest.raises(TargetError, match="unknown target 'llama-9000'.*gemma3-270m"):
         get_target("llama-9000")
+
+
+def test_the_facts_the_bench_scripts_read():
+    """scripts/bench_drafters.sh and scripts/bench_speed.sh find a target's drafters and pages by its prefix and
+    read its prompt file by its kind; the prefixes must not collide (models/<prefix>-dflash names one drafter)."""
+    assert len({t.prefix for t in TARGETS.values()}) == len(TARGETS)
+    for t in TARGETS.values():
+        assert t.eval_prompts == (EVAL_PROMPTS if t.chat else EVAL_PROMPTS_RAW)
+        assert t.default_draft.startswith(f"models/{t.prefix}-") and t.display
+        facts = t.facts()
+        assert facts["prefix"] == t.prefix and facts["prompts"] == t.eval_prompts
+        assert facts["default"] == ("1" if t.name == DEFAULT_TARGET else "0")
+    assert get_target("gemma3-270m").eval_prompts == EVAL_PROMPTS_RAW  # a base model: raw text
+    assert (ROOT / "docs/results" / f"{get_target('gemma3-270m').prefix}-drafters.md").exists()
+    assert (ROOT / "docs/results" / f"{get_target(DEFAULT_TARGET).prefix}-drafters.md").exists()
 
 
 def _wheel(cache: Path, spec: WheelFile, data: bytes) -> None:

