@@ -15,6 +15,10 @@ run (prefills included): does the policy beat both fixed regimes at this load?
 
     python benchmarks/policy_outcomes.py --draft models/smollm2-lilicorr-conv --method default --requests 64 \
         --max-batch 32 --regimes 2
+
+``--join-lag L``: a finished request's slot takes the next request L steps later, as behind a server, whose client
+sends its next request after the last chunk: the batch then runs a row short for a step after each finish (with
+``--max-batch 8 --join-lag 1`` this reproduced the serving page's c=8 loss, session 37).
 """
 
 from __future__ import annotations
@@ -64,27 +68,35 @@ def predicted_tokens(engine) -> Callable[[], float | None]:
     return lambda: last[0]
 
 
-def drive(engine, prompts: list[list[int]], max_batch: int, log: list | None, planned=lambda: None) -> None:
-    """Keep ``max_batch`` requests running (a finished one is replaced at once) until every prompt is served."""
+def drive(
+    engine, prompts: list[list[int]], max_batch: int, log: list | None, planned=lambda: None, join_lag: int = 0
+) -> None:
+    """Keep ``max_batch`` requests running until every prompt is served; a finished one is replaced ``join_lag``
+    steps later (0: at once; a server's client sends its next request only after the last chunk, so there the
+    batch runs one row short for a step or more after each finish)."""
     reqs = [
         Request(p, SamplingParams(max_tokens=24 + 12 * (i % 4), temperature=TEMPERATURES[i % 3], seed=i))
         for i, p in enumerate(prompts)
     ]
     queue = list(reqs)
+    free = [0] * max_batch  # per free slot: steps until it takes the next request
     while queue or engine.seqs:
-        while queue and len(engine.seqs) < max_batch:
-            engine.add([queue.pop(0)])
+        for _ in [f for f in free if f <= 0]:
+            if queue:
+                engine.add([queue.pop(0)])
+        free = [f - 1 for f in free if f > 0]
         batch, before = len(engine.seqs), sum(len(r.output_ids) for r in reqs)
         t0 = time.perf_counter()
         engine.step()
         seconds = time.perf_counter() - t0
+        free += [join_lag] * (batch - len(engine.seqs))  # the finished rows' slots
         plan = engine.policy.last
         if log is not None and plan is not None:
             log.append((batch, plan.width > 0, plan.value if plan.width else plan.plain_value, seconds,
                         sum(len(r.output_ids) for r in reqs) - before, planned()))  # fmt: skip
 
 
-def regimes(engine, prompts: list[list[int]], max_batch: int, rounds: int) -> None:
+def regimes(engine, prompts: list[list[int]], max_batch: int, rounds: int, join_lag: int = 0) -> None:
     """The policy against its two fixed regimes on the same requests, each round in the same order."""
     policy = engine.policy
     as_planned = policy.plan
@@ -104,7 +116,7 @@ def regimes(engine, prompts: list[list[int]], max_batch: int, rounds: int) -> No
             policy.plan = plan
             t0 = time.perf_counter()
             log: list = []
-            drive(engine, prompts, max_batch, log)
+            drive(engine, prompts, max_batch, log, join_lag=join_lag)
             tokens = sum(x[4] for x in log)
             drafted = sum(1 for x in log if x[1]) / max(len(log), 1)
             line.append(f"{name} {tokens / (time.perf_counter() - t0):.1f} tokens/s ({drafted:.0%} steps drafting)")
@@ -123,6 +135,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--method", default=None, help="speculative config method (e.g. default: the tree default)")
     ap.add_argument("--regimes", type=int, default=0, help="rounds of policy vs all plain vs all drafting")
+    ap.add_argument("--join-lag", type=int, default=0, help="steps before a finished request's slot is refilled")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     dtype = resolve_dtype(args.dtype)
@@ -134,7 +147,7 @@ def main() -> None:
     planned = predicted_tokens(engine)
     drive(engine, prompt_ids(target, args.prompts, 200, 8), args.max_batch, None)  # warm-up: the policy learns
     log: list = []
-    drive(engine, prompt_ids(target, args.prompts, 208, args.requests), args.max_batch, log, planned)
+    drive(engine, prompt_ids(target, args.prompts, 208, args.requests), args.max_batch, log, planned, args.join_lag)
     print(f"{args.target} + {args.draft}, {dtype}, {args.requests} requests, batch ≤ {args.max_batch}")
     by = defaultdict(list)
     for batch, drafting, predicted, seconds, tokens, step_tokens in log:
@@ -153,7 +166,9 @@ def main() -> None:
               f"overhead plain {1000 * policy.extra_plain(b):.1f} ms, drafting (all rows) "
               f"{1000 * policy.extra_draft(b):.1f} ms")  # fmt: skip
     if args.regimes:
-        regimes(engine, prompt_ids(target, args.prompts, 208, args.requests), args.max_batch, args.regimes)
+        regimes(
+            engine, prompt_ids(target, args.prompts, 208, args.requests), args.max_batch, args.regimes, args.join_lag
+        )
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from lilicorr.decoding.adaptive import CostModel
 from lilicorr.decoding.build import build_engine
 from lilicorr.decoding.config import SpecConfig
 from lilicorr.decoding.policy import LoadPolicy, RowAcceptance, StepPlan, plan_step
-from lilicorr.decoding.policy_estimates import Overheads, Regimes
+from lilicorr.decoding.policy_estimates import Overheads, Regimes, size_bucket
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from tests.decoding.engine_helpers import random_draft
@@ -436,3 +436,25 @@ def test_an_unmeasured_tree_is_tried_at_batch_1_and_not_at_batch_32():
     assert plan_step(loaded, cpu, [0.0] * 32, 0.0).width == 0
     chain = LoadPolicy(15, cpu)
     assert float(chain.gains([RowAcceptance()])[0, -1]) == float(chain.gains([RowAcceptance()] * 32)[0, -1]) < 1.0
+
+
+def test_a_pause_the_load_forces_keeps_what_was_learnt():
+    """Drafting banned at 8 rows for a long while: those plain steps are overruled (the prediction drafted), and
+    the class's curve and the rows' acceptance keep their evidence, so when the batch falls to 7 rows the plan
+    rests on what drafts delivered, not on the optimistic prior a 15-node tree starts from (session 37: a step at
+    7 rows after a long forced pause at 8 predicted 50.7 tokens and delivered 17). A pause the prediction chose
+    still fades (``test_a_class_paused_by_unlucky_drafts_is_tried_again``)."""
+    policy = LoadPolicy(15, CPU, tree=True)
+    rows = [RowAcceptance() for _ in range(7)]
+    for _ in range(20):  # at 7 rows every draft has its first node accepted, nothing deeper
+        policy.record(StepPlan(7, 15, list(range(7)), 1.0, 1.0), rows, [[0, 1]] * 7, 0.05, verify_seconds=0.04)
+    learnt, rho = float(policy.gains(rows)[0, -1]), rows[0].rho(policy.prior)
+    assert learnt < 2.0  # the optimistic prior alone: 7.5
+    eight = [*rows, RowAcceptance()]
+    policy.regimes.bans[size_bucket(8)] = (policy.regimes.clock + 10_000, 0)
+    for _ in range(200):
+        plan = policy.plan(eight)
+        assert plan.width == 0 and plan.overruled
+        policy.record(plan, eight, [], 0.02, verify_seconds=0.016)
+    assert float(policy.gains(rows)[0, -1]) == pytest.approx(learnt)
+    assert rows[0].rho(policy.prior) == pytest.approx(rho)

@@ -18,7 +18,8 @@ acceptance, since every cost depends on k alone — the plan maximises the predi
   (``AdaptiveWidth.curve``) of the request's *class*: greedy (T = 0) and sampled (T > 0) requests keep
   separate curves, since a draft's acceptance differs several-fold between them and a mixed workload would
   otherwise hand each the other's average. The curve's evidence decays (``memory`` per drafting step) and
-  fades while its class is paused (``fade``), so the Laplace prior (½ a position: optimistic; at high load a
+  fades while its own prediction pauses its class (``fade``; not while a rule overrules a drafting plan: the load
+  says nothing of the class), so the Laplace prior (½ a position: optimistic; at high load a
   tree's is ½, ¼, … by rank) returns and the class is tried again: a few unlucky drafts cannot pause a class for
   good;
 - ``ρ_i``: the request's recent acceptance relative to g — decayed sums of its accepted drafts and of g at
@@ -74,6 +75,7 @@ class StepPlan:
     draft_factor: float = 1.0  # the outcome corrections the decision used (``Realised``): drafting's …
     plain_factor: float = 1.0  # … and plain steps'
     corrected: bool = False  # both actions had recent outcomes at this batch size, so the factors applied
+    overruled: bool = False  # the predictions chose drafting and a rule of ``LoadPolicy.plan`` made it plain
 
     @property
     def draft_tokens(self) -> int:
@@ -171,7 +173,7 @@ class LoadPolicy:
         losing = best.value * draft_k <= best.plain_value * plain_k * (1.0 + self.margin)
         vetoed = self.regimes.banned(b)  # drafting delivered less than plain steps here lately (``Regimes``)
         if best.width and (unmeasured or blind or losing or vetoed):
-            best = StepPlan(b, 0, [], best.value, best.plain_value)  # values stay the raw predictions
+            best = StepPlan(b, 0, [], best.value, best.plain_value, overruled=True)  # values: the raw predictions
         best.draft_factor, best.plain_factor = draft_k, plain_k
         best.corrected = self.realised.active(b) or vetoed
         self.last = best
@@ -200,7 +202,11 @@ class LoadPolicy:
             self.verify_scale.record(b, w > 0, verify_seconds / max(self.cost(b, w + 1), 1e-12))
         verify = self.verify_cost(b, w + 1) if verify_seconds is None else verify_seconds
         drafting = set(plan.rows)
-        paused = [r for i, r in enumerate(rows) if i not in drafting]
+        # Evidence fades only while a row or class is paused by its own predictions. A pause the load forced
+        # (``plan.overruled``: a ban, a losing correction) says nothing of them: fading then brought the
+        # optimistic prior back while the rules kept 8 rows plain for long, and a step at 7 rows drafted a whole
+        # tree on it (predicted 50.7 tokens, got 17, in 2.6 plain steps' time; session 37).
+        paused = [r for i, r in enumerate(rows) if i not in drafting and not plan.overruled]
         for r in paused:
             r.accepted, r.expected = self.fade * r.accepted, self.fade * r.expected
         for sampled in {r.sampled for r in paused} - {rows[i].sampled for i in drafting}:
