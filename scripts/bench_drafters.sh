@@ -9,8 +9,8 @@
 # EXTRA_DRAFTS, EXTRA_ARMS, ARMS_ONLY (a subset of the arms below, e.g. the selectors on the frozen backbone after a
 # retrain), OUT (default runs/bench-<prefix>), PAGE (default docs/results/<prefix>-drafters.md), TITLE, NOTES,
 # DRY_RUN (1: print the export, bench and report commands instead of running them).
-# The Gemma 3 270M page (docs/guide/benchmark.md): TARGET=gemma3-270m TEMPS=0 MAX_NEW=64 DTYPE=float32
-#   EXTRA_ARMS='gemma3-270m-dflash:default gemma3-270m-lilicorr:default' ARMS_ONLY='ar ngram …' OUT=runs/bench-gemma-s36
+# The Gemma 3 270M page (docs/guide/benchmark.md): TARGET=gemma3-270m TEMPS=0 MAX_NEW=64 DTYPE=auto
+#   EXTRA_ARMS='gemma3-270m-dflash:default gemma3-270m-lilicorr:default' ARMS_ONLY='ar ngram …' OUT=runs/bench-gemma-s37
 PER_CAT=${PER_CAT:-4}  # 36 prompts
 source "$(dirname "$0")/bench_target.sh"
 build_prompts

@@ -10,7 +10,7 @@ def test_the_serving_page_has_every_metric_and_one_figure(tmp_path):
     results = {
         "config": {"target": "t", "max_tokens": 8, "temperatures": [0.0], "prompts": ["p"]},
         "arms": {
-            "plain": [{"concurrency": c, "errors": 0, **level} for c in (1, 4)],
+            "plain": [{"concurrency": c, "errors": 0, "requests": max(2, 2 * c), **level} for c in (1, 4)],
             "spec": [
                 {"concurrency": c, "errors": 1, "error_kinds": {"HTTP 500: slot busy": 1}, **level, "output_tok_s": 9.5}
                 for c in (1, 4)
@@ -24,6 +24,9 @@ def test_the_serving_page_has_every_metric_and_one_figure(tmp_path):
     assert "| spec | 9.5 | 9.5 |" in text and "| arm | c=1 | c=4 |" in text
     assert "Errors over all arms, levels and rounds: 2." in text and "`lilicorr bench serve --x`" in text
     assert "- spec c=4: 1 × HTTP 500: slot busy" in text  # each failure named, not only counted
+    assert (
+        "requests a level (at least twice the concurrency): 2 at c=1, 8 at c=4;" in text
+    )  # the load, not the prompt count
     assert [p.name for p in tmp_path.glob("*.png")] == ["serving.png"]
     assert "## Notes" not in text
     assert "OpenMP:" not in text  # a run from before the wait was recorded says nothing of it

@@ -24,7 +24,9 @@ def add_runtime_args(
             "--dtype",
             default=dtype,
             choices=list(dtypes),
-            help="weights (auto: bf16 on CUDA or a CPU with AMX-bf16 / AVX512-BF16, else fp32)",
+            # the default named: `bench` defaults to fp32 where the other commands take the machine's choice, and a
+            # results page once called an fp32 bench bf16 (session 37)
+            help=f"weights (default: {dtype}; auto: bf16 on CUDA or a CPU with AMX-bf16 / AVX512-BF16, else fp32)",
         )
     if device is not None:
         g.add_argument(
