@@ -85,8 +85,9 @@ def requests_per_level(arms: dict) -> str:
     per: dict[int, int] = {}
     for lvs in arms.values():
         for lv in lvs:
-            per.setdefault(lv["concurrency"], lv.get("requests", 0))
-    return ", ".join(f"{n} at c={c}" for c, n in sorted(per.items()))
+            if lv.get("requests"):  # older serve.json files did not record it: say nothing rather than 0
+                per.setdefault(lv["concurrency"], lv["requests"])
+    return ", ".join(f"{n} at c={c}" for c, n in sorted(per.items())) or "not recorded"
 
 
 def write_serve_page(results: dict, page: Path, command: str) -> Path:
