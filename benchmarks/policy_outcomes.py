@@ -16,6 +16,10 @@ run (prefills included): does the policy beat both fixed regimes at this load?
     python benchmarks/policy_outcomes.py --draft models/smollm2-lilicorr-conv --method default --requests 64 \
         --max-batch 32 --regimes 2
 
+``--temperatures T …``: the requests' temperatures, in turn (default 0 0.7 1); one value serves a single class, so
+at ``--max-batch 1`` each regime's tokens/s is that class's alone (session 38: the batch-1 policy against drafting
+every step, greedy and T = 0.7 apart).
+
 ``--join-lag L``: a finished request's slot takes the next request L steps later, as behind a server, whose client
 sends its next request after the last chunk: the batch then runs a row short for a step after each finish (with
 ``--max-batch 8 --join-lag 1`` this reproduced the serving page's c=8 loss, session 37).
@@ -26,7 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 
 import torch
@@ -69,15 +73,20 @@ def predicted_tokens(engine) -> Callable[[], float | None]:
 
 
 def drive(
-    engine, prompts: list[list[int]], max_batch: int, log: list | None, planned=lambda: None, join_lag: int = 0
+    engine,
+    prompts: list[list[int]],
+    max_batch: int,
+    log: list | None,
+    planned=lambda: None,
+    join_lag: int = 0,
+    temperatures: tuple[float, ...] = TEMPERATURES,
 ) -> None:
     """Keep ``max_batch`` requests running until every prompt is served; a finished one is replaced ``join_lag``
     steps later (0: at once; a server's client sends its next request only after the last chunk, so there the
     batch runs one row short for a step or more after each finish)."""
-    reqs = [
-        Request(p, SamplingParams(max_tokens=24 + 12 * (i % 4), temperature=TEMPERATURES[i % 3], seed=i))
-        for i, p in enumerate(prompts)
-    ]
+    temp = [temperatures[i % len(temperatures)] for i in range(len(prompts))]
+    params = [SamplingParams(max_tokens=24 + 12 * (i % 4), temperature=t, seed=i) for i, t in enumerate(temp)]
+    reqs = [Request(p, s) for p, s in zip(prompts, params, strict=True)]
     queue = list(reqs)
     free = [0] * max_batch  # per free slot: steps until it takes the next request
     while queue or engine.seqs:
@@ -93,10 +102,17 @@ def drive(
         plan = engine.policy.last
         if log is not None and plan is not None:
             log.append((batch, plan.width > 0, plan.value if plan.width else plan.plain_value, seconds,
-                        sum(len(r.output_ids) for r in reqs) - before, planned()))  # fmt: skip
+                        sum(len(r.output_ids) for r in reqs) - before, planned(), plan.reason))  # fmt: skip
 
 
-def regimes(engine, prompts: list[list[int]], max_batch: int, rounds: int, join_lag: int = 0) -> None:
+def regimes(
+    engine,
+    prompts: list[list[int]],
+    max_batch: int,
+    rounds: int,
+    join_lag: int = 0,
+    temperatures: tuple[float, ...] = TEMPERATURES,
+) -> None:
     """The policy against its two fixed regimes on the same requests, each round in the same order."""
     policy = engine.policy
     as_planned = policy.plan
@@ -116,7 +132,7 @@ def regimes(engine, prompts: list[list[int]], max_batch: int, rounds: int, join_
             policy.plan = plan
             t0 = time.perf_counter()
             log: list = []
-            drive(engine, prompts, max_batch, log, join_lag=join_lag)
+            drive(engine, prompts, max_batch, log, join_lag=join_lag, temperatures=temperatures)
             tokens = sum(x[4] for x in log)
             drafted = sum(1 for x in log if x[1]) / max(len(log), 1)
             line.append(f"{name} {tokens / (time.perf_counter() - t0):.1f} tokens/s ({drafted:.0%} steps drafting)")
@@ -136,7 +152,9 @@ def main() -> None:
     ap.add_argument("--method", default=None, help="speculative config method (e.g. default: the tree default)")
     ap.add_argument("--regimes", type=int, default=0, help="rounds of policy vs all plain vs all drafting")
     ap.add_argument("--join-lag", type=int, default=0, help="steps before a finished request's slot is refilled")
+    ap.add_argument("--temperatures", type=float, nargs="+", default=list(TEMPERATURES), help="in turn, by request")
     args = ap.parse_args()
+    temps = tuple(args.temperatures)
     torch.set_num_threads(args.threads)
     dtype = resolve_dtype(args.dtype)
     target = TargetRuntime.load(args.target, dtype=dtype)
@@ -145,19 +163,25 @@ def main() -> None:
     policy = engine.use_load_policy()
     assert policy is not None, f"{args.draft}: no load policy for this configuration"
     planned = predicted_tokens(engine)
-    drive(engine, prompt_ids(target, args.prompts, 200, 8), args.max_batch, None)  # warm-up: the policy learns
+    drive(engine, prompt_ids(target, args.prompts, 200, 8), args.max_batch, None, temperatures=temps)  # warm-up
     log: list = []
-    drive(engine, prompt_ids(target, args.prompts, 208, args.requests), args.max_batch, log, planned, args.join_lag)
-    print(f"{args.target} + {args.draft}, {dtype}, {args.requests} requests, batch ≤ {args.max_batch}")
+    served = prompt_ids(target, args.prompts, 208, args.requests)
+    drive(engine, served, args.max_batch, log, planned, args.join_lag, temps)
+    print(f"{args.target} + {args.draft}, {dtype}, {args.requests} requests at T {temps}, batch ≤ {args.max_batch}")
     by = defaultdict(list)
-    for batch, drafting, predicted, seconds, tokens, step_tokens in log:
+    why: dict[int, Counter] = defaultdict(Counter)  # batch → plain steps by reason (``StepPlan.reason``)
+    for batch, drafting, predicted, seconds, tokens, step_tokens, reason in log:
         by[(batch, drafting)].append((predicted, seconds, tokens, step_tokens))
+        if not drafting:
+            why[batch][reason] += 1
     for (batch, drafting), xs in sorted(by.items()):
         secs = sum(x[1] for x in xs)
         split = ""
         if drafting:  # predicted tokens and time a step (time = tokens / value) against what it took
             tok, ms = sum(x[3] for x in xs) / len(xs), 1000 * sum(x[3] / x[0] for x in xs) / len(xs)
             split = f"; a step: {tok:.2f} tokens in {ms:.1f} ms predicted, {sum(x[2] for x in xs) / len(xs):.2f} got"
+        if not drafting:
+            split = " (why: " + ", ".join(f"{r} {c}" for r, c in why[batch].most_common()) + ")"
         print(f"batch {batch} {'draft' if drafting else 'plain'}: {len(xs)} steps, predicted "
               f"{sum(x[0] * x[1] for x in xs) / secs:.1f} tokens/s, delivered {sum(x[2] for x in xs) / secs:.1f}, "
               f"{1000 * secs / len(xs):.1f} ms a step{split}")  # fmt: skip
@@ -166,9 +190,7 @@ def main() -> None:
               f"overhead plain {1000 * policy.extra_plain(b):.1f} ms, drafting (all rows) "
               f"{1000 * policy.extra_draft(b):.1f} ms")  # fmt: skip
     if args.regimes:
-        regimes(
-            engine, prompt_ids(target, args.prompts, 208, args.requests), args.max_batch, args.regimes, args.join_lag
-        )
+        regimes(engine, served, args.max_batch, args.regimes, args.join_lag, temps)
 
 
 if __name__ == "__main__":

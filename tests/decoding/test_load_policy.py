@@ -8,8 +8,8 @@ import torch
 from lilicorr.decoding.adaptive import CostModel
 from lilicorr.decoding.build import build_engine
 from lilicorr.decoding.config import SpecConfig
-from lilicorr.decoding.policy import LoadPolicy, RowAcceptance, StepPlan, plan_step
-from lilicorr.decoding.policy_estimates import Overheads, Regimes, size_bucket
+from lilicorr.decoding.policy import PLAIN_REASONS, LoadPolicy, RowAcceptance, StepPlan, plan_step
+from lilicorr.decoding.policy_estimates import Overheads, Realised, Regimes, size_bucket
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from tests.decoding.engine_helpers import random_draft
@@ -72,8 +72,8 @@ def test_row_acceptance_is_learnt_and_fades_back_while_paused():
     )
     assert sum(policy.calib_sampled.reached) == 0  # no sampled request drafted
     low = rows[1].rho(policy.prior)
-    for _ in range(60):  # paused steps: the evidence fades, ρ returns towards 1
-        policy.record(StepPlan(2, 0, [], 1.0, 1.0), rows, [], seconds=0.016)
+    for _ in range(60):  # paused steps its own estimates chose: the evidence fades, ρ returns towards 1
+        policy.record(StepPlan(2, 0, [], 1.0, 1.0, reason="predicted"), rows, [], seconds=0.016)
     assert low < rows[1].rho(policy.prior) < 1.0 and rows[1].rho(policy.prior) > 0.5
     assert policy.extra_plain(2) == pytest.approx(0.0, abs=1e-9) and policy.extra_draft(2) > 0.0
 
@@ -90,6 +90,7 @@ def test_greedy_and_sampled_requests_learn_separate_curves():
     g = policy.gains(fresh)
     assert float(g[0, 3]) > 2.5 and float(g[1, 3]) < 0.3
     assert policy.plan(fresh[1:]).width == 0 and policy.plan(fresh[:1]).width == 3
+    assert policy.plan(fresh[1:]).reason == "predicted" and policy.plan(fresh[:1]).reason == ""
 
 
 def test_a_class_paused_by_unlucky_drafts_is_tried_again():
@@ -118,6 +119,7 @@ def test_a_batch_size_without_a_timed_plain_step_takes_one_before_drafting():
     one = [RowAcceptance()]
     first = policy.plan(one)
     assert first.width == 0 and first.value > first.plain_value  # drafting looked better: plain taken to measure
+    assert first.overruled and first.reason == "unmeasured" and first.reason in PLAIN_REASONS
     policy.record(first, one, [], 1.02 * CPU(1, 1), verify_seconds=CPU(1, 1))
     assert policy.plan(one).width > 0  # measured: the optimistic prior drafts again at batch 1
     assert policy.verify_scale(1, False) == pytest.approx(1.0)
@@ -192,7 +194,7 @@ def test_measured_outcomes_overrule_a_prediction_that_loses():
     """The curve and acceptance say drafting pays at batch 4 (predicted 400 tokens/s against 235 for plain), but
     drafting steps delivered 40: the policy serves plain steps — and, once that evidence is ``horizon`` steps
     old, drafts again to see whether it still loses."""
-    policy = LoadPolicy(3, CPU)
+    policy = LoadPolicy(3, CPU, realised=Realised(min_batch=1))  # the correction's mechanism, at a small batch
     rows = [RowAcceptance() for _ in range(4)]
     for _ in range(10):  # drafts accepted in full (the curve learns they pay), but each step slow: 16 tokens/0.4 s
         plan = StepPlan(4, 3, [0, 1, 2, 3], 400.0, 235.0)
@@ -203,6 +205,7 @@ def test_measured_outcomes_overrule_a_prediction_that_loses():
     assert plan_step(policy.gains(rows), policy.verify_cost, [0.0] * 4, 0.0).width > 0  # the prediction drafts
     assert policy.plan(rows).width == 0  # the outcomes do not
     assert policy.last.corrected and not policy.realised.active(3)  # what /metrics counts, per batch size
+    assert policy.last.reason == "predicted"  # with the drafting steps' measured overheads (0.38 s) it pauses
     steps = 0
     while policy.plan(rows).width == 0:
         policy.record(policy.last, rows, [], 0.017, verify_seconds=0.016)
@@ -215,7 +218,7 @@ def test_a_batch_size_that_only_drafts_takes_plain_steps_until_the_correction_ca
     """At high load the prediction drafts on nearly every step, so plain outcomes at that batch size are too few
     for the correction: after ``min_steps`` drafting outcomes it takes plain steps (no more than ``min_steps``),
     then the correction decides — here drafting delivered as predicted, so it drafts again."""
-    policy = LoadPolicy(3, CPU)
+    policy = LoadPolicy(3, CPU, realised=Realised(min_batch=1))  # the correction's mechanism, at a small batch
     rows = [RowAcceptance() for _ in range(4)]
     policy.record(StepPlan(4, 0, [], 400.0, 235.0), rows, [], 0.017, verify_seconds=0.016)  # the size is timed
     for _ in range(policy.realised.min_steps):  # drafts that delivered their prediction: 16 tokens at 400/s
@@ -223,7 +226,7 @@ def test_a_batch_size_that_only_drafts_takes_plain_steps_until_the_correction_ca
     assert plan_step(policy.gains(rows), policy.verify_cost, [0.0] * 4, 0.0).width > 0  # the prediction drafts
     plains = 0
     while policy.plan(rows).width == 0:
-        assert not policy.last.corrected
+        assert not policy.last.corrected and policy.last.reason == "blind"
         policy.record(policy.last, rows, [], 4 / 235.0, verify_seconds=0.016)
         plains += 1
     assert plains == policy.realised.min_steps - 1  # one plain outcome was there already
@@ -232,7 +235,7 @@ def test_a_batch_size_that_only_drafts_takes_plain_steps_until_the_correction_ca
 
 def test_measured_outcomes_overrule_a_prediction_that_would_not_draft():
     """Predicted: drafting 90 tokens/s against plain's 100; delivered: 400 against 100. It drafts."""
-    policy = LoadPolicy(3, CPU)
+    policy = LoadPolicy(3, CPU, realised=Realised(min_batch=1))  # the correction's mechanism, at a small batch
     rows = [RowAcceptance() for _ in range(2)]
     for _ in range(3):
         policy.record(StepPlan(2, 3, [0, 1], 90.0, 100.0), rows, [[0, 1, 2, 3]] * 2, 0.02, verify_seconds=0.016)
@@ -420,7 +423,7 @@ def test_a_ban_makes_the_policy_serve_plain_steps_whatever_the_prediction():
         policy.regimes.record(9, True, 9, 0.2)
     assert policy.regimes.banned(8)
     assert plan_step(policy.gains(rows), policy.verify_cost, [0.0] * 8, 0.0).width > 0  # the prediction drafts
-    assert policy.plan(rows).width == 0 and policy.last.corrected
+    assert policy.plan(rows).width == 0 and policy.last.corrected and policy.last.reason == "banned"
 
 
 def test_an_unmeasured_tree_is_tried_at_batch_1_and_not_at_batch_32():
@@ -439,11 +442,12 @@ def test_an_unmeasured_tree_is_tried_at_batch_1_and_not_at_batch_32():
 
 
 def test_a_pause_the_load_forces_keeps_what_was_learnt():
-    """Drafting banned at 8 rows for a long while: those plain steps are overruled (the prediction drafted), and
-    the class's curve and the rows' acceptance keep their evidence, so when the batch falls to 7 rows the plan
+    """Drafting banned at 8 rows for a long while: at a loaded batch no plain step fades anything, whether a rule
+    or the prediction chose it, so the class's curve and the rows' acceptance keep their evidence and when the batch
+    falls to 7 rows the plan
     rests on what drafts delivered, not on the optimistic prior a 15-node tree starts from (session 37: a step at
-    7 rows after a long forced pause at 8 predicted 50.7 tokens and delivered 17). A pause the prediction chose
-    still fades (``test_a_class_paused_by_unlucky_drafts_is_tried_again``)."""
+    7 rows after a long forced pause at 8 predicted 50.7 tokens and delivered 17). Below a loaded batch a pause the
+    prediction chose still fades (``test_a_row_paused_by_its_own_drafts_drafts_again_at_batch_1``)."""
     policy = LoadPolicy(15, CPU, tree=True)
     rows = [RowAcceptance() for _ in range(7)]
     for _ in range(20):  # at 7 rows every draft has its first node accepted, nothing deeper
@@ -454,7 +458,67 @@ def test_a_pause_the_load_forces_keeps_what_was_learnt():
     policy.regimes.bans[size_bucket(8)] = (policy.regimes.clock + 10_000, 0)
     for _ in range(200):
         plan = policy.plan(eight)
-        assert plan.width == 0 and plan.overruled
+        assert plan.width == 0
         policy.record(plan, eight, [], 0.02, verify_seconds=0.016)
     assert float(policy.gains(rows)[0, -1]) == pytest.approx(learnt)
     assert rows[0].rho(policy.prior) == pytest.approx(rho)
+
+
+def test_a_row_paused_by_its_own_drafts_drafts_again_at_batch_1():
+    """At batch 1 the outcomes match the predictions (no correction says otherwise), and a few drafts with nothing
+    accepted make the row's own estimate pause it: a "predicted" pause, which fades the row's evidence, so it
+    drafts again within a few plain steps. Before session 38 such a pause counted as forced by the load and faded
+    nothing: the row stayed plain until a correction expired (a T = 0.7 row drafted on 15-23 % of steps at batch
+    1 where drafting every step served 1.2-1.3x plain)."""
+    policy = LoadPolicy(3, CPU)
+    row = [RowAcceptance()]
+    plain_s, draft_s = CPU(1, 1), CPU(1, 4) + 0.016  # the drafter costs a plain step
+    for _ in range(4):  # plain steps and good drafts, each delivering what the plan predicted
+        policy.record(StepPlan(1, 0, [], 1 / plain_s, 1 / plain_s), row, [], plain_s, verify_seconds=plain_s)
+        policy.record(StepPlan(1, 3, [0], 4 / draft_s, 1 / plain_s), row, [[0, 1, 2, 3]], draft_s, CPU(1, 4))
+    assert policy.plan(row).width > 0
+    fails = 0
+    while policy.plan(row).width:  # the row's next drafts: nothing accepted
+        policy.record(StepPlan(1, 3, [0], 1 / draft_s, 1 / plain_s), row, [[0]], draft_s, CPU(1, 4))
+        fails += 1
+        assert fails < 6
+    first = policy.last
+    assert first.width == 0 and first.reason == "predicted" and not first.overruled
+    steps = 0
+    while policy.plan(row).width == 0:
+        assert policy.last.reason == "predicted"
+        policy.record(policy.last, row, [], plain_s, verify_seconds=plain_s)
+        steps += 1
+        assert steps < 200, "a row paused by its own drafts never drafted again"
+
+
+def test_an_outcome_correction_that_overrules_the_prediction_is_named_losing_and_fades_nothing():
+    """At a loaded batch (8 rows) the rows' estimates and measured times say drafting pays, but drafting steps
+    delivered a tenth of what their plans predicted: the correction makes the step plain — "losing", overruled —
+    and at a loaded batch no plain step fades the rows' evidence."""
+    policy = LoadPolicy(3, CPU)
+    rows = [RowAcceptance() for _ in range(8)]
+    for _ in range(4):  # plain steps as predicted; drafts accepted in full, in 0.04 s, but predicted at 10x that
+        policy.record(StepPlan(8, 0, [], 8 / 0.016, 8 / 0.016), rows, [], 0.016, verify_seconds=0.016)
+        policy.record(StepPlan(8, 3, list(range(8)), 8000.0, 500.0), rows, [[0, 1, 2, 3]] * 8, 0.04, CPU(8, 4))
+    kept = [(r.accepted, r.expected) for r in rows]
+    plan = policy.plan(rows)
+    assert plan.value > plan.plain_value * (1 + policy.margin)  # the raw prediction drafts
+    assert plan.width == 0 and plan.overruled and plan.reason == "losing" and plan.corrected
+    policy.record(plan, rows, [], 0.016, verify_seconds=0.016)
+    assert [(r.accepted, r.expected) for r in rows] == kept
+
+
+def test_no_outcome_correction_below_a_loaded_batch():
+    """The same outcomes at batch 1 (drafting delivered a tenth of its predictions) correct nothing: there the
+    class-aware estimates decide alone, since the class-blind factor pooled greedy and sampled drafts and a row
+    drafts when its estimate is high (measured: the correction kept a T = 0.7 row plain on 268-302 of ≈ 400 steps
+    at batch 1 while its drafting steps delivered 1.33x plain; session 38)."""
+    policy = LoadPolicy(3, CPU)
+    row = [RowAcceptance()]
+    for _ in range(4):
+        policy.record(StepPlan(1, 0, [], 1 / 0.016, 1 / 0.016), row, [], 0.016, verify_seconds=0.016)
+        policy.record(StepPlan(1, 3, [0], 1000.0, 62.5), row, [[0, 1, 2, 3]], 0.02, verify_seconds=0.016)
+    assert policy.realised.factors(1) == (1.0, 1.0) and not policy.realised.lacks_plain(1)
+    plan = policy.plan(row)
+    assert plan.width == 3 and not plan.corrected

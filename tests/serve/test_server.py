@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from lilicorr.decoding.build import build_engine
+from lilicorr.decoding.policy import PLAIN_REASONS
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.runtime.runtime import TargetRuntime
@@ -68,6 +69,11 @@ def test_models_health_metrics(server):
         assert name in text, name
     steps = [line for line in text.splitlines() if line.startswith("lilicorr:spec_decode_policy_steps_total")]
     assert sum(float(line.split()[-1]) for line in steps) > 0  # the load policy planned the steps
+    # every plain step is counted once more by why (a new batch size's first step is "unmeasured", a rule)
+    plain = sum(float(line.split()[-1]) for line in steps if 'decision="plain"' in line)
+    why = [line for line in text.splitlines() if line.startswith("lilicorr:spec_decode_policy_plain_steps_total")]
+    assert sum(float(line.split()[-1]) for line in why) == plain
+    assert all(line.split('reason="')[1].split('"')[0] in PLAIN_REASONS for line in why)
 
 
 def test_load_policy_is_the_default(server):

@@ -17,20 +17,21 @@ acceptance, since every cost depends on k alone — the plan maximises the predi
 - ``g(W)``: expected accepted drafts at width W, from the realised per-position (tree: per-rank) rates
   (``AdaptiveWidth.curve``) of the request's *class*: greedy (T = 0) and sampled (T > 0) requests keep
   separate curves, since a draft's acceptance differs several-fold between them and a mixed workload would
-  otherwise hand each the other's average. The curve's evidence decays (``memory`` per drafting step) and
-  fades while its own prediction pauses its class (``fade``; not while a rule overrules a drafting plan: the load
-  says nothing of the class), so the Laplace prior (½ a position: optimistic; at high load a
-  tree's is ½, ¼, … by rank) returns and the class is tried again: a few unlucky drafts cannot pause a class for
-  good;
+  otherwise hand each the other's average. The curve's evidence decays (``memory`` per drafting step) and,
+  below a loaded batch, fades while the class is paused (``fade``), so the Laplace prior (½ a position:
+  optimistic) returns and the class is tried again: a few unlucky drafts cannot pause a class for good. At a
+  loaded batch nothing fades (a try is dear there, and a pause speaks of the load) and a tree's prior is the
+  cautious ½, ¼, … by rank;
 - ``ρ_i``: the request's recent acceptance relative to g — decayed sums of its accepted drafts and of g at
-  the widths it verified, starting at 1 (as good as its class); while it is paused the evidence fades
-  back to 1, so a request that once drafted badly is tried again when the batch allows it;
+  the widths it verified, starting at 1 (as good as its class); while it is paused below a loaded batch the
+  evidence fades back to 1, so a request that once drafted badly is tried again;
 - ``cost`` is corrected by what verify passes measured lately (``VerifyScale``: the curve was timed on
   short contexts), and ``extra`` is the measured wall time of a step beyond its verify pass (the drafter, the
   proposal, the bookkeeping), by rows (``Overheads``); both are medians of recent steps, forgotten after a
   horizon so an action the policy stopped taking is measured again. Drafting must beat the plain step by
   ``margin``, since a wrong "draft" costs a whole wide verify and a wrong "plain" only a few tokens;
-- outcomes overrule predictions twice: each action's delivered tokens/s against its own prediction
+- from a loaded batch (``LOADED_BATCH`` rows), outcomes overrule predictions twice: each action's delivered
+  tokens/s against its own prediction
   (``Realised``), and drafting's delivered tokens per row-second against plain steps' in the same batch-size
   bucket (``Regimes``): a measured loss bans drafting there for ``horizon`` steps, doubled at each repeat, so
   re-trying a losing action at high load costs a vanishing share of a long run.
@@ -49,6 +50,11 @@ from lilicorr.decoding.adaptive import AdaptiveWidth, CostModel
 from lilicorr.decoding.policy_estimates import LOADED_BATCH, Overheads, Realised, Regimes, VerifyScale, size_bucket
 from lilicorr.decoding.proposal import Proposal
 from lilicorr.decoding.verify import Verdict, Verifier
+
+# Why a step ran plain, as ``StepPlan.reason`` and ``/metrics`` name it: the rows' and classes' own estimates chose
+# it ("predicted": the only pause that fades their evidence, ``LoadPolicy.record``), or a rule of ``LoadPolicy.plan``
+# overruled a drafting plan (the first that applies, in this order; "losing": the outcome correction).
+PLAIN_REASONS = ("predicted", "banned", "unmeasured", "blind", "losing")
 
 
 @dataclass
@@ -76,6 +82,7 @@ class StepPlan:
     plain_factor: float = 1.0  # … and plain steps'
     corrected: bool = False  # both actions had recent outcomes at this batch size, so the factors applied
     overruled: bool = False  # the predictions chose drafting and a rule of ``LoadPolicy.plan`` made it plain
+    reason: str = ""  # why a plain step: "predicted" (the predictions chose it) or the rule (``PLAIN_REASONS``)
 
     @property
     def draft_tokens(self) -> int:
@@ -119,7 +126,7 @@ class LoadPolicy:
     margin: float = 0.05
     prior: float = 1.0  # weight of ρ's prior, in expected accepted drafts
     decay: float = 0.7  # per drafting step: "recent" is the last few steps
-    fade: float = 0.95  # per paused step: evidence fades back towards the prior
+    fade: float = 0.95  # per paused step below a loaded batch: evidence fades back towards the prior
     memory: float = 0.99  # per drafting step of a class: its curve weighs the last ~100 steps
     calib: AdaptiveWidth = field(init=False)  # the greedy class's curve
     calib_sampled: AdaptiveWidth = field(init=False)  # the sampled class's curve
@@ -170,10 +177,15 @@ class LoadPolicy:
         draft_k, plain_k = self.realised.factors(b)
         unmeasured = not self.extra_plain.fresh(size_bucket(b))  # no plain step of this size lately: a borrowed value
         blind = self.realised.lacks_plain(b)  # drafting's outcomes have nothing to be compared with here
+        predicted_plain = best.value <= best.plain_value * (1.0 + self.margin)  # the rows' own estimates say pause
         losing = best.value * draft_k <= best.plain_value * plain_k * (1.0 + self.margin)
         vetoed = self.regimes.banned(b)  # drafting delivered less than plain steps here lately (``Regimes``)
-        if best.width and (unmeasured or blind or losing or vetoed):
-            best = StepPlan(b, 0, [], best.value, best.plain_value, overruled=True)  # values: the raw predictions
+        rules = {"banned": vetoed, "unmeasured": unmeasured, "blind": blind, "losing": losing}
+        rule = next((name for name, applies in rules.items() if applies), None)
+        if not best.width or (predicted_plain and losing):  # corrected or not, plain: the rows' own pause
+            best = StepPlan(b, 0, [], best.value, best.plain_value, reason="predicted")
+        elif rule:
+            best = StepPlan(b, 0, [], best.value, best.plain_value, overruled=True, reason=rule)  # the raw predictions
         best.draft_factor, best.plain_factor = draft_k, plain_k
         best.corrected = self.realised.active(b) or vetoed
         self.last = best
@@ -202,11 +214,15 @@ class LoadPolicy:
             self.verify_scale.record(b, w > 0, verify_seconds / max(self.cost(b, w + 1), 1e-12))
         verify = self.verify_cost(b, w + 1) if verify_seconds is None else verify_seconds
         drafting = set(plan.rows)
-        # Evidence fades only while a row or class is paused by its own predictions. A pause the load forced
-        # (``plan.overruled``: a ban, a losing correction) says nothing of them: fading then brought the
-        # optimistic prior back while the rules kept 8 rows plain for long, and a step at 7 rows drafted a whole
-        # tree on it (predicted 50.7 tokens, got 17, in 2.6 plain steps' time; session 37).
-        paused = [r for i, r in enumerate(rows) if i not in drafting and not plan.overruled]
+        # Evidence fades while rows are paused below a loaded batch, where a try costs about a plain step: that is
+        # what lets a row paused by a few unlucky drafts draft again. At a loaded batch a try is dear and a pause
+        # mostly speaks of the load: fading there brought the optimistic prior back while 8 rows stayed plain for
+        # long, and a step at 7 rows drafted a whole tree on it (predicted 50.7 tokens, got 17, in 2.6 plain steps'
+        # time; session 37). Session 37's fix stopped the fade at every batch size (all plain steps counted as
+        # forced): a batch-1 row at T = 0.7 then kept a ρ of ≈ 0.6 through plain runs of up to 41 steps and drafted
+        # on 12-21 % of steps where drafting every step served 1.24-1.27x plain (session 38).
+        fades = not w and b < LOADED_BATCH
+        paused = [r for i, r in enumerate(rows) if i not in drafting and fades]
         for r in paused:
             r.accepted, r.expected = self.fade * r.accepted, self.fade * r.expected
         for sampled in {r.sampled for r in paused} - {rows[i].sampled for i in drafting}:

@@ -84,6 +84,14 @@ class ServerMetrics:
             [*m, "decision"],
             registry=r,
         )
+        self.plain_steps = Counter(
+            "lilicorr:spec_decode_policy_plain_steps",
+            "Plain engine steps by why: the predictions chose it (predicted) or a rule overruled a drafting plan "
+            "(banned: drafting lost to plain steps at this load lately; unmeasured: no recent plain step of this "
+            "batch size; blind: drafting outcomes without plain ones to compare; losing: outcome-corrected loss)",
+            [*m, "reason"],
+            registry=r,
+        )
         self.corrected_steps = Counter(
             "lilicorr:spec_decode_policy_corrected_steps",
             "Engine steps whose decision had recent outcomes of both actions at its batch size (the outcome "
@@ -141,6 +149,8 @@ class ServerMetrics:
         self.paused_requests.labels(n).set(plan.batch - len(plan.rows))
         self.step_draft_tokens.labels(n).observe(plan.draft_tokens)
         self.policy_steps.labels(n, "draft" if plan.width else "plain").inc()
+        if not plan.width:
+            self.plain_steps.labels(n, plan.reason or "predicted").inc()
         if plan.corrected:
             self.corrected_steps.labels(n).inc()
         self.outcome_factor.labels(n, "draft").set(plan.draft_factor)
