@@ -78,6 +78,8 @@ def test_a_campaign_file_is_checked_key_by_key(tmp_path):
     [
         ("prompts", '"p/eval.jsonl" = ["mt-bench", "humaneval"]', {"p/eval.jsonl": ["mt-bench", "humaneval"]},
          ('"humaneval"', '"humaneva"'), r"\[data\] prompts: p/eval\.jsonl = .*expected a list of prompt sets"),
+        ("prompts", '"p/raw.jsonl" = ["mt-bench:raw"]', {"p/raw.jsonl": ["mt-bench:raw"]},
+         ('"mt-bench:raw"', '"mt-bench:rare"'), r"\[data\] prompts: p/raw\.jsonl = .*\(or SET:raw\)"),
         ("merges", '"d/all.safetensors" = ["d/a.safetensors", "d/b.shards"]',
          {"d/all.safetensors": ["d/a.safetensors", "d/b.shards"]},
          (', "d/b.shards"', ""), r"\[data\] merges: d/all\.safetensors = .*at least two data files"),

@@ -58,6 +58,27 @@ def test_missing_prompt_files_are_written_from_their_sets_once(monkeypatch, tmp_
     assert cd.prepare_data([], {"target": "t"}, 1, tmp_path / "log", prompts) == []  # nothing to do twice
 
 
+def test_a_raw_prompt_file_is_the_raw_text_the_gemma_script_writes(monkeypatch, tmp_path):
+    """``SET:raw``: a base model's evaluation prompts, byte for byte what ``write_raw_prompts`` makes of the chat
+    rows (scripts/ship_gemma3.sh's file), HumanEval's instruction and fence dropped."""
+    import lilicorr.training.campaign_data as cd
+    from lilicorr.data.prompt_sets import HUMANEVAL_INSTRUCTION, write_prompt_rows
+    from lilicorr.datagen.raw_text import write_raw_prompts
+
+    code = "def f(x):\n    return x\n"
+    sets = {"mt-bench": [{"id": "m1", "category": "writing", "messages": [{"role": "user", "content": "Write."}]}],
+            "humaneval": [{"id": "h1", "category": "humaneval", "messages": [
+                {"role": "user", "content": HUMANEVAL_INSTRUCTION + "```python\n" + code + "```"}]}]}  # fmt: skip
+    monkeypatch.setattr(cd, "load_set", lambda name: sets[name])
+    out = tmp_path / "eval-raw.jsonl"
+    cd.prepare_data([], {"target": "t"}, 1, tmp_path / "log", {str(out): ["mt-bench:raw", "humaneval:raw"]})
+    chat = tmp_path / "eval.jsonl"
+    write_prompt_rows(chat, sets["mt-bench"] + sets["humaneval"])
+    write_raw_prompts(str(chat), str(tmp_path / "script.jsonl"))
+    assert out.read_bytes() == (tmp_path / "script.jsonl").read_bytes()
+    assert [json.loads(x)["prompt"] for x in out.read_text().splitlines()] == ["Write.", code]
+
+
 def test_a_code_prompt_file_builds_the_corpus_first_when_it_is_missing(monkeypatch, tmp_path):
     import lilicorr.training.campaign_data as cd
 

@@ -105,15 +105,17 @@ def _train_options(where: str, table: dict) -> dict:
 
 
 def _prompt_files(where: str, table: object) -> dict[str, list[str]]:
-    """``{file: [set, …]}``: each file is the named prompt sets (``lilicorr data prompts``) one after another."""
+    """``{file: [set, …]}``: each file is the named prompt sets (``lilicorr data prompts``) one after another; a
+    set named ``SET:raw`` gives its rows as raw text (a base model's evaluation prompts, ``write_raw_prompts``)."""
     from lilicorr.data.prompt_sets import SETS
 
     if not isinstance(table, dict):
         raise ValueError(f"{where}: expected a table of file = [set, …], found {type(table).__name__}")
     out = {}
     for file, sets in table.items():
-        if not isinstance(sets, list) or not sets or any(n not in SETS for n in sets):
-            raise ValueError(f"{where}: {file} = {sets!r}: expected a list of prompt sets from {SETS}")
+        known = isinstance(sets, list) and all(isinstance(n, str) and n.removesuffix(":raw") in SETS for n in sets)
+        if not known or not sets:
+            raise ValueError(f"{where}: {file} = {sets!r}: expected a list of prompt sets from {SETS} (or SET:raw)")
         out[str(file)] = list(sets)
     return out
 

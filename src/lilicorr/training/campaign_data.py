@@ -25,6 +25,7 @@ from pathlib import Path
 
 from lilicorr.data.prompt_sets import load_set, write_prompt_rows
 from lilicorr.datagen.answer_pack import read_pack
+from lilicorr.datagen.raw_text import raw_text
 
 CORPUS = "data/corpus"  # where `lilicorr data corpus` writes the offline corpus the code prompt sets read
 CORPUS_SETS = {"code-functions"}  # prompt sets made from the corpus, not from a wheel
@@ -64,6 +65,14 @@ def cache_progress(train: dict) -> list[dict]:
     return out
 
 
+def _set_rows(name: str) -> list[dict]:
+    """A prompt set's rows; ``SET:raw`` as ``{id, category, prompt}`` raw-text rows, as ``write_raw_prompts``
+    writes them (scripts/ship_gemma3.sh: a base model's evaluation prompts)."""
+    base, raw = name.removesuffix(":raw"), name.endswith(":raw")
+    rows = load_set(base)
+    return [{"id": r.get("id"), "category": r.get("category"), "prompt": raw_text(r)} for r in rows] if raw else rows
+
+
 def write_prompt_files(prompts: dict[str, list[str]]) -> list[dict]:
     """Each missing prompt file, as its sets' rows one after another (what ``lilicorr data prompts`` writes, so a
     pack's recorded sha256 still matches); a file already there is left alone."""
@@ -71,7 +80,7 @@ def write_prompt_files(prompts: dict[str, list[str]]) -> list[dict]:
     for file, sets in prompts.items():
         if Path(file).exists():
             continue
-        rows = [row for name in sets for row in load_set(name)]
+        rows = [row for name in sets for row in _set_rows(name)]
         write_prompt_rows(Path(file), rows)
         events.append({"event": "prompts", "out": file, "sets": sets, "rows": len(rows)})
     return events
@@ -91,7 +100,10 @@ def prepare_data(
     written atomically)."""
     events = []
     corpus = Path(CORPUS)
-    wanted = any(not Path(f).exists() and CORPUS_SETS & set(sets) for f, sets in (prompts or {}).items())
+    wanted = any(
+        not Path(f).exists() and CORPUS_SETS & {n.removesuffix(":raw") for n in sets}
+        for f, sets in (prompts or {}).items()
+    )
     if wanted and not (corpus / "train.jsonl").exists():  # code prompts are read from the corpus: build it first
         t0 = time.time()
         _lilicorr(["data", "corpus", "--out", str(corpus)], log)
