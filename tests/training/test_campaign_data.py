@@ -103,6 +103,32 @@ def test_a_code_prompt_file_builds_the_corpus_first_when_it_is_missing(monkeypat
     assert len(ran) == 1
 
 
+def test_a_pack_of_corpus_windows_builds_the_corpus_before_it_unpacks(monkeypatch, tmp_path):
+    """Gemma's code rows are corpus windows (``data regenerate --corpus``): no prompts file, so on a fresh disk the
+    corpus is built first, then the pack unpacked from it."""
+    import lilicorr.training.campaign_data as cd
+
+    monkeypatch.setattr(cd, "CORPUS", str(tmp_path / "corpus"))
+    source = tmp_path / "code.safetensors"
+    monkeypatch.setattr(cd, "read_pack", lambda pack: ({"source": str(source), "config": {"prompts": None}}, {}))
+    ran = []
+
+    def fake_lilicorr(args, log):
+        ran.append(args[:2])
+        if args[:2] == ["data", "corpus"]:
+            (tmp_path / "corpus").mkdir()
+            (tmp_path / "corpus" / "train.jsonl").write_text("")
+        else:
+            assert (tmp_path / "corpus" / "train.jsonl").exists()  # unpacked after the corpus
+            source.write_text("")
+
+    monkeypatch.setattr(cd, "_lilicorr", fake_lilicorr)
+    events = cd.prepare_data(["p.answers.safetensors"], {"target": "t"}, 1, tmp_path / "log")
+    assert ran == [["data", "corpus"], ["data", "unpack"]]
+    assert [e["event"] for e in events] == ["corpus", "unpacked"]
+    assert cd.prepare_data(["p.answers.safetensors"], {"target": "t"}, 1, tmp_path / "log") == []
+
+
 def test_a_merged_data_file_is_made_from_its_inputs_once(packed, tiny_target_dir, tmp_path):
     """``[data] merges``: the merged file (the packed rows, then more) is made when missing, before the features;
     its first rows are the first input's, so a campaign resumes on it (``training/run.py``)."""

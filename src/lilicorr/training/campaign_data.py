@@ -104,13 +104,15 @@ def prepare_data(
         not Path(f).exists() and CORPUS_SETS & {n.removesuffix(":raw") for n in sets}
         for f, sets in (prompts or {}).items()
     )
-    if wanted and not (corpus / "train.jsonl").exists():  # code prompts are read from the corpus: build it first
+    packed = [(pack, read_pack(pack)[0]) for pack in packs]
+    # a pack of corpus windows (no prompts file in its config: `data regenerate --corpus`) rebuilds from the corpus
+    wanted |= any(not Path(f["source"]).exists() and not f["config"].get("prompts") for _, f in packed)
+    if wanted and not (corpus / "train.jsonl").exists():  # code prompts and windows come from the corpus: build it
         t0 = time.time()
         _lilicorr(["data", "corpus", "--out", str(corpus)], log)
         events.append({"event": "corpus", "out": str(corpus), "wall_s": round(time.time() - t0, 1)})
     events += write_prompt_files(prompts or {})
-    for pack in packs:
-        facts, _ = read_pack(pack)
+    for pack, facts in packed:
         if not Path(facts["source"]).exists():
             t0 = time.time()
             _lilicorr(["data", "unpack", pack, "--target", train["target"]], log)
