@@ -81,8 +81,12 @@ class StepPlan:
     draft_factor: float = 1.0  # the outcome corrections the decision used (``Realised``): drafting's …
     plain_factor: float = 1.0  # … and plain steps'
     corrected: bool = False  # both actions had recent outcomes at this batch size, so the factors applied
-    overruled: bool = False  # the predictions chose drafting and a rule of ``LoadPolicy.plan`` made it plain
     reason: str = ""  # why a plain step: "predicted" (the predictions chose it) or the rule (``PLAIN_REASONS``)
+
+    @property
+    def overruled(self) -> bool:
+        """The predictions chose drafting and a rule of ``LoadPolicy.plan`` made the step plain."""
+        return self.reason not in ("", "predicted")
 
     @property
     def draft_tokens(self) -> int:
@@ -185,7 +189,7 @@ class LoadPolicy:
         if not best.width or (predicted_plain and losing):  # corrected or not, plain: the rows' own pause
             best = StepPlan(b, 0, [], best.value, best.plain_value, reason="predicted")
         elif rule:
-            best = StepPlan(b, 0, [], best.value, best.plain_value, overruled=True, reason=rule)  # the raw predictions
+            best = StepPlan(b, 0, [], best.value, best.plain_value, reason=rule)  # values: the raw predictions
         best.draft_factor, best.plain_factor = draft_k, plain_k
         best.corrected = self.realised.active(b) or vetoed
         self.last = best
