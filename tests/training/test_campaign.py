@@ -313,3 +313,14 @@ def test_status_says_where_each_arms_held_out_tau_is_heading(tmp_path):
     assert arms["df"]["tau"] == "tau_greedy" and arms["lc"]["tau"] == "walk_tau_greedy"
     assert arms["df"]["per_doubling"] == pytest.approx(0.1) and arms["df"]["goal_step_fit"] == 32000
     assert arms["df"]["hours_to_goal_fit"] == pytest.approx((32000 - 4000) * 1.8 / 3600, abs=0.05)
+
+
+@pytest.mark.parametrize("plan", sorted(Path(__file__).parents[2].glob("configs/campaign/*.toml")), ids=lambda p: p.stem)
+def test_every_committed_plan_loads_on_a_fresh_clone(plan, monkeypatch):
+    """A fresh clone (CI's, or a machine that lost its disk) has every file a committed plan names: its packs, its
+    arms' warm-start and promotion folders (the shipped drafters) — so `lilicorr train campaign PLAN` can start."""
+    monkeypatch.chdir(plan.parents[2])
+    camp = load_campaign(plan.relative_to(plan.parents[2]))
+    for arm in camp.arms:
+        for folder in (arm.warm_start, arm.promote_to):
+            assert folder is None or (Path(folder) / "config.json").is_file(), f"{plan.name} {arm.name}: {folder}"
