@@ -315,7 +315,10 @@ def test_status_says_where_each_arms_held_out_tau_is_heading(tmp_path):
     assert arms["df"]["hours_to_goal_fit"] == pytest.approx((32000 - 4000) * 1.8 / 3600, abs=0.05)
 
 
-@pytest.mark.parametrize("plan", sorted(Path(__file__).parents[2].glob("configs/campaign/*.toml")), ids=lambda p: p.stem)
+PLANS = sorted(Path(__file__).parents[2].glob("configs/campaign/*.toml"))
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=lambda p: p.stem)
 def test_every_committed_plan_loads_on_a_fresh_clone(plan, monkeypatch):
     """A fresh clone (CI's, or a machine that lost its disk) has every file a committed plan names: its packs, its
     arms' warm-start and promotion folders (the shipped drafters) — so `lilicorr train campaign PLAN` can start."""
