@@ -522,3 +522,13 @@ def test_no_outcome_correction_below_a_loaded_batch():
     assert policy.realised.factors(1) == (1.0, 1.0) and not policy.realised.lacks_plain(1)
     plan = policy.plan(row)
     assert plan.width == 3 and not plan.corrected
+
+
+def test_a_row_left_out_of_a_drafting_step_fades_below_a_loaded_batch_and_not_from_it():
+    """A row the plan leaves out of a drafting step is paused too: below 8 rows its evidence fades back towards its
+    class (so it is tried again), from 8 rows it keeps it, as on a plain step."""
+    for size, fades in ((2, True), (8, False)):
+        policy = LoadPolicy(3, CPU)
+        rows = [RowAcceptance(accepted=0.0, expected=4.0) for _ in range(size)]
+        policy.record(StepPlan(size, 3, [0], 1.0, 1.0), rows, [[0, 1]], 0.02, verify_seconds=0.016)
+        assert (rows[1].expected < 4.0) is fades and rows[1].accepted == 0.0

@@ -43,6 +43,12 @@ def text_format(cfg, tokenizer) -> str:
     return cfg.text_format
 
 
+def raw_rows(rows: list[dict]) -> list[dict]:
+    """Prompt rows as ``{id, category, prompt}`` with their raw text: the one mapping ``write_raw_prompts`` and a
+    campaign's ``SET:raw`` prompt files (``training/campaign_data.py``) both write."""
+    return [{"id": r.get("id"), "category": r.get("category"), "prompt": raw_text(r)} for r in rows]
+
+
 def write_raw_prompts(src: str, out: str) -> int:
     """``out``: the rows of the prompts JSONL ``src`` as ``{id, category, prompt}`` with their raw text (the
     evaluation sets for a base model: ``generate`` / ``bench`` encode a ``prompt`` row as raw text). Returns
@@ -53,7 +59,6 @@ def write_raw_prompts(src: str, out: str) -> int:
     from lilicorr.data.atomic import atomic_write_text
     from lilicorr.data.prompt_sets import read_prompt_rows
 
-    rows = [{"id": r.get("id"), "category": r.get("category"), "prompt": raw_text(r)}
-            for r in read_prompt_rows(Path(src))]  # fmt: skip
+    rows = raw_rows(read_prompt_rows(Path(src)))
     atomic_write_text(Path(out), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     return len(rows)

@@ -52,8 +52,9 @@ from lilicorr.decoding.proposal import Proposal
 from lilicorr.decoding.verify import Verdict, Verifier
 
 # Why a step ran plain, as ``StepPlan.reason`` and ``/metrics`` name it: the rows' and classes' own estimates chose
-# it ("predicted": the only pause that fades their evidence, ``LoadPolicy.record``), or a rule of ``LoadPolicy.plan``
-# overruled a drafting plan (the first that applies, in this order; "losing": the outcome correction).
+# it ("predicted"), or a rule of ``LoadPolicy.plan`` overruled a drafting plan (the first that applies, in this
+# order; "losing": the outcome correction). Which pauses fade the evidence is the batch size's call, not the reason's
+# (``LoadPolicy.record``).
 PLAIN_REASONS = ("predicted", "banned", "unmeasured", "blind", "losing")
 
 
@@ -218,15 +219,15 @@ class LoadPolicy:
             self.verify_scale.record(b, w > 0, verify_seconds / max(self.cost(b, w + 1), 1e-12))
         verify = self.verify_cost(b, w + 1) if verify_seconds is None else verify_seconds
         drafting = set(plan.rows)
-        # Evidence fades while rows are paused below a loaded batch, where a try costs about a plain step: that is
+        # Evidence fades while rows are paused (a plain step, or left out of a drafting one) below a loaded batch,
+        # where a try costs about a plain step: that is
         # what lets a row paused by a few unlucky drafts draft again. At a loaded batch a try is dear and a pause
         # mostly speaks of the load: fading there brought the optimistic prior back while 8 rows stayed plain for
         # long, and a step at 7 rows drafted a whole tree on it (predicted 50.7 tokens, got 17, in 2.6 plain steps'
         # time; session 37). Session 37's fix stopped the fade at every batch size (all plain steps counted as
         # forced): a batch-1 row at T = 0.7 then kept a ρ of ≈ 0.6 through plain runs of up to 41 steps and drafted
         # on 12-21 % of steps where drafting every step served 1.24-1.27x plain (session 38).
-        fades = not w and b < LOADED_BATCH
-        paused = [r for i, r in enumerate(rows) if i not in drafting and fades]
+        paused = [r for i, r in enumerate(rows) if i not in drafting] if b < LOADED_BATCH else []
         for r in paused:
             r.accepted, r.expected = self.fade * r.accepted, self.fade * r.expected
         for sampled in {r.sampled for r in paused} - {rows[i].sampled for i in drafting}:

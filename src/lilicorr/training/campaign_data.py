@@ -25,7 +25,7 @@ from pathlib import Path
 
 from lilicorr.data.prompt_sets import load_set, write_prompt_rows
 from lilicorr.datagen.answer_pack import read_pack
-from lilicorr.datagen.raw_text import raw_text
+from lilicorr.datagen.raw_text import raw_rows
 
 CORPUS = "data/corpus"  # where `lilicorr data corpus` writes the offline corpus the code prompt sets read
 CORPUS_SETS = {"code-functions"}  # prompt sets made from the corpus, not from a wheel
@@ -68,9 +68,8 @@ def cache_progress(train: dict) -> list[dict]:
 def _set_rows(name: str) -> list[dict]:
     """A prompt set's rows; ``SET:raw`` as ``{id, category, prompt}`` raw-text rows, as ``write_raw_prompts``
     writes them (scripts/ship_gemma3.sh: a base model's evaluation prompts)."""
-    base, raw = name.removesuffix(":raw"), name.endswith(":raw")
-    rows = load_set(base)
-    return [{"id": r.get("id"), "category": r.get("category"), "prompt": raw_text(r)} for r in rows] if raw else rows
+    rows = load_set(name.removesuffix(":raw"))
+    return raw_rows(rows) if name.endswith(":raw") else rows
 
 
 def write_prompt_files(prompts: dict[str, list[str]]) -> list[dict]:
