@@ -9,9 +9,11 @@ pieces per batch size (start-up curve, its measured scale, overheads).
 
     python benchmarks/policy_outcomes.py --draft models/smollm2-lilicorr --requests 24 --max-batch 4
 
-``--regimes R``: then R rounds of the same requests served three ways — the policy, every step plain, every step
-drafting (the plan the policy would pick before its "plain is better" rules) — each round's tokens/s of the whole
-run (prefills included): does the policy beat both fixed regimes at this load?
+``--regimes R``: then R rounds of the same requests served four ways — the policy, every step plain, every step
+drafting (the plan the policy would pick before its "plain is better" rules), and an engine without a drafter
+(what a plain server runs: the gap to "every step plain" is the drafter's bookkeeping on plain steps) — each
+round's tokens/s of the whole run (prefills included), the order rotated each round so a drift or a warm-up
+does not favour one regime: does the policy beat both fixed regimes at this load?
 
     python benchmarks/policy_outcomes.py --draft models/smollm2-lilicorr-conv --method default --requests 64 \
         --max-batch 32 --regimes 2
@@ -80,7 +82,7 @@ def drive(
     planned=lambda: None,
     join_lag: int = 0,
     temperatures: tuple[float, ...] = TEMPERATURES,
-) -> None:
+) -> int:
     """Keep ``max_batch`` requests running until every prompt is served; a finished one is replaced ``join_lag``
     steps later (0: at once; a server's client sends its next request only after the last chunk, so there the
     batch runs one row short for a step or more after each finish)."""
@@ -99,10 +101,11 @@ def drive(
         engine.step()
         seconds = time.perf_counter() - t0
         free += [join_lag] * (batch - len(engine.seqs))  # the finished rows' slots
-        plan = engine.policy.last
+        plan = engine.policy.last if engine.policy is not None else None
         if log is not None and plan is not None:
             log.append((batch, plan.width > 0, plan.value if plan.width else plan.plain_value, seconds,
                         sum(len(r.output_ids) for r in reqs) - before, planned(), plan.reason))  # fmt: skip
+    return sum(len(r.output_ids) for r in reqs)
 
 
 def regimes(
@@ -112,8 +115,10 @@ def regimes(
     rounds: int,
     join_lag: int = 0,
     temperatures: tuple[float, ...] = TEMPERATURES,
+    bare=None,
 ) -> None:
-    """The policy against its two fixed regimes on the same requests, each round in the same order."""
+    """The policy against its two fixed regimes on the same requests, and against ``bare`` (an engine on the same
+    target without a drafter) when given; the order rotates each round."""
     policy = engine.policy
     as_planned = policy.plan
 
@@ -126,18 +131,20 @@ def regimes(
         policy.last = plan_step(policy.gains(rows), policy.verify_cost, extra, policy.extra_plain(len(rows)), -1.0)
         return policy.last
 
+    ways = [("policy", engine, as_planned), ("all plain", engine, plain), ("all drafting", engine, draft)]
+    ways += [("no drafter", bare, None)] if bare is not None else []
     for r in range(rounds):
-        line = []
-        for name, plan in (("policy", as_planned), ("all plain", plain), ("all drafting", draft)):
-            policy.plan = plan
+        done = {}
+        for name, eng, plan in ways[r % len(ways) :] + ways[: r % len(ways)]:
+            if plan is not None:
+                policy.plan = plan
             t0 = time.perf_counter()
             log: list = []
-            drive(engine, prompts, max_batch, log, join_lag=join_lag, temperatures=temperatures)
-            tokens = sum(x[4] for x in log)
+            tokens = drive(eng, prompts, max_batch, log, join_lag=join_lag, temperatures=temperatures)
             drafted = sum(1 for x in log if x[1]) / max(len(log), 1)
-            line.append(f"{name} {tokens / (time.perf_counter() - t0):.1f} tokens/s ({drafted:.0%} steps drafting)")
+            done[name] = f"{name} {tokens / (time.perf_counter() - t0):.1f} tokens/s ({drafted:.0%} steps drafting)"
         policy.plan = as_planned
-        print(f"round {r + 1}: " + "; ".join(line), flush=True)
+        print(f"round {r + 1}: " + "; ".join(done[name] for name, _, _ in ways), flush=True)
 
 
 def main() -> None:
@@ -190,7 +197,9 @@ def main() -> None:
               f"overhead plain {1000 * policy.extra_plain(b):.1f} ms, drafting (all rows) "
               f"{1000 * policy.extra_draft(b):.1f} ms")  # fmt: skip
     if args.regimes:
-        regimes(engine, served, args.max_batch, args.regimes, args.join_lag, temps)
+        bare = engine_from_speculative_config(target, None, dtype)  # the same target, no drafter: a plain server's
+        drive(bare, prompt_ids(target, args.prompts, 200, 8), args.max_batch, None, temperatures=temps)  # warm-up
+        regimes(engine, served, args.max_batch, args.regimes, args.join_lag, temps, bare)
 
 
 if __name__ == "__main__":
