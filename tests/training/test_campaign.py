@@ -170,6 +170,7 @@ def test_a_lost_disk_warm_starts_from_the_shipped_folder_and_says_so(tiny_target
     warm = [e for e in read_events(camp.run_dir) if e["event"] == "warm_start"]
     assert [(e["arm"], e["from"], e["its_steps"]) for e in warm] == [("df", str(shipped), 2)]
     assert campaign_status(camp.run_dir)["arms"][0]["started"] == "warm_start"
+    assert not campaign_status(camp.run_dir)["eta_partial"]  # every arm has its pace (here: its plan done)
 
 
 def test_a_second_driver_on_the_same_campaign_is_refused(tmp_path):
@@ -189,6 +190,7 @@ def test_status_says_paused_while_the_driver_is_stopped(tmp_path):
     try:
         (run_dir / "campaign.pid").write_text(f"{driver.pid} {driver.pid}\n")
         assert (campaign_status(path)["running"], campaign_status(path)["paused"]) == (True, False)
+        assert campaign_status(path)["eta_partial"]  # no arm has trained: its ETA is a lower bound, not 0 h
         os.kill(driver.pid, signal.SIGSTOP)
         deadline = time.time() + 5
         while not campaign_status(path)["paused"] and time.time() < deadline:

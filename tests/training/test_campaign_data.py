@@ -7,7 +7,7 @@ import json
 import pytest
 
 from lilicorr.datagen.answer_pack import pack_answers
-from lilicorr.training.campaign_data import cache_progress, prepare_data
+from lilicorr.training.campaign_data import cache_progress, prepare_data, shard_pace
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def test_a_fresh_disk_gets_its_data_and_features_back_once(packed, tiny_target_d
     cache = tmp_path / "feats"
     train = {"target": str(tiny_target_dir), "data": str(data), "features": str(cache), "max_sequences": 7}
     log = tmp_path / "data.log"
-    assert cache_progress(train) == [{"cache": str(cache), "shards": 0, "needed": 1}]  # what `train status` shows
+    assert cache_progress(train) == [{"cache": str(cache), "shards": 0, "needed": 1, "hours_left": None}]
     events = prepare_data([str(pack)], train, 1, log)
     assert cache_progress(train)[0]["shards"] == 1
     assert [e["event"] for e in events] == ["unpacked", "features"]
@@ -148,3 +148,21 @@ def test_a_merged_data_file_is_made_from_its_inputs_once(packed, tiny_target_dir
     gone = {str(tmp_path / "m2.safetensors"): [str(data), str(tmp_path / "nope.safetensors")]}
     with pytest.raises(FileNotFoundError, match="nope.safetensors"):
         prepare_data([], train, 1, log, merges=gone)
+
+
+def test_status_tells_the_hours_left_of_a_feature_extraction_from_its_last_shards(tmp_path):
+    """A fresh disk's feature extraction takes hours on a slow CPU: ``train status`` says how many are left, at the
+    pace of the last shards written (their modification times)."""
+    import os
+
+    cache = tmp_path / "feats"
+    cache.mkdir()
+    (cache / "meta.json").write_text(json.dumps({"shard_size": 4, "sequences": 40}))
+    assert shard_pace(cache) is None
+    for i in range(4):  # one shard every 90 s
+        shard = cache / f"{i:05d}.safetensors"
+        shard.write_bytes(b"")
+        os.utime(shard, (1000.0 + 90 * i, 1000.0 + 90 * i))
+    assert shard_pace(cache) == pytest.approx(90.0)
+    train = {"data": "unused", "features": str(cache), "max_sequences": 40}
+    assert cache_progress(train) == [{"cache": str(cache), "shards": 4, "needed": 10, "hours_left": 0.15}]  # 6 x 90 s

@@ -45,10 +45,16 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps(status, indent=2))
         return 0
     state = ("paused" if status["paused"] else "running") if status["running"] else "not running"
-    print(f"campaign {status['campaign']} ({status['run_dir']}): {state}; plan ETA {status['eta_hours']} h")
+    eta = f"{status['eta_hours']} h"
+    if status["eta_partial"]:  # an arm without a pace adds nothing to the sum: say so rather than under-promise
+        eta = f"≥ {eta} (an arm has not trained yet)" if status["eta_hours"] else "unknown until an arm has trained"
+    print(f"campaign {status['campaign']} ({status['run_dir']}): {state}; plan ETA {eta}")
     for c in status["features"]:  # a fresh disk: the driver extracts these before its first segment
         if c["needed"] is None or c["shards"] < c["needed"]:
-            print(f"  features {c['cache']}: {c['shards']}/{c['needed'] or '?'} shards (extracting before training)")
+            left = f"; ≈ {c['hours_left']} h left at the last shards' pace" if c["hours_left"] is not None else ""
+            print(
+                f"  features {c['cache']}: {c['shards']}/{c['needed'] or '?'} shards (extracting before training{left})"
+            )
     for a in status["arms"]:
         engine = ", ".join(f"{k} {v['tau']:.3f}" for k, v in (a["engine"] or {}).items()) or "-"
         walk = f" (walk {_tau(a['heldout_walk_tau'])})" if a["heldout_walk_tau"] is not None else ""

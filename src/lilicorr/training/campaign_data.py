@@ -39,8 +39,19 @@ def _lilicorr(args: list[str], log: Path) -> None:
         raise RuntimeError(f"`lilicorr {' '.join(args)}` failed (exit {done.returncode}): see {log}")
 
 
+def _shard_files(cache: Path) -> list[Path]:
+    return list(cache.glob("[0-9]*.safetensors")) if cache.is_dir() else []
+
+
 def _shards(cache: Path) -> int:
-    return len(list(cache.glob("[0-9]*.safetensors"))) if cache.is_dir() else 0
+    return len(_shard_files(cache))
+
+
+def shard_pace(cache: Path, last: int = 8) -> float | None:
+    """Seconds a shard over the last ``last`` shards written (their files' modification times), None with fewer
+    than two. Wall time, pauses included: what the next hours will look like if the machine stays as busy."""
+    times = sorted(f.stat().st_mtime for f in _shard_files(cache))[-last:]
+    return (times[-1] - times[0]) / (len(times) - 1) if len(times) >= 2 else None
 
 
 def feature_jobs(train: dict) -> list[tuple[str, str, int]]:
@@ -54,14 +65,16 @@ def feature_jobs(train: dict) -> list[tuple[str, str, int]]:
 
 
 def cache_progress(train: dict) -> list[dict]:
-    """Per feature cache the arms read: shards written and shards needed (what ``train status`` shows while a fresh
-    disk is being rebuilt, which on a slow CPU takes hours)."""
+    """Per feature cache the arms read: shards written and shards needed, and the hours left at the last shards'
+    pace (what ``train status`` shows while a fresh disk is being rebuilt, which on a slow CPU takes hours)."""
     out = []
     for _, cache, rows in feature_jobs(train):
         meta = Path(cache) / "meta.json"
         size = json.loads(meta.read_text()).get("shard_size", 64) if meta.exists() else 64
         n = rows or (json.loads(meta.read_text())["sequences"] if meta.exists() else 0)
-        out.append({"cache": cache, "shards": _shards(Path(cache)), "needed": -(-n // size) if n else None})
+        needed, done, pace = -(-n // size) if n else None, _shards(Path(cache)), shard_pace(Path(cache))
+        left = None if needed is None or pace is None else round(max(needed - done, 0) * pace / 3600, 2)
+        out.append({"cache": cache, "shards": done, "needed": needed, "hours_left": left})
     return out
 
 

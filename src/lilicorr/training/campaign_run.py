@@ -224,8 +224,10 @@ def campaign_status(run: str | Path, goal: float | None = None) -> dict:
     pid = int(pid_file.read_text().split()[0]) if pid_file.exists() else None
     running = pid is not None and _pid_alive(pid)
     paused = running and pid_stopped(pid)
+    # an arm with steps left and no pace yet (it has not trained): the plan's ETA is then only a lower bound
+    partial = any(a["hours_left"] is None and a["step"] < camp.steps for a in arms)
     return {"campaign": camp.name, "run_dir": str(camp.run_dir), "running": running, "paused": paused, "arms": arms,
-            "eta_hours": round(eta, 2), "features": cache_progress(camp.train)}  # fmt: skip
+            "eta_hours": round(eta, 2), "eta_partial": partial, "features": cache_progress(camp.train)}  # fmt: skip
 
 
 def signal_campaign(run: str | Path, pause: bool) -> int:
