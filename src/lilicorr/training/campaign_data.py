@@ -49,10 +49,11 @@ def _shards(cache: Path) -> int:
     return len(_shard_files(cache))
 
 
-def shard_pace(cache: Path, last: int = 8) -> float | None:
-    """Seconds a shard over the last ``last`` shards written (their files' modification times), None with fewer
-    than two. Wall time, pauses included: what the next hours will look like if the machine stays as busy."""
-    times = sorted(f.stat().st_mtime for f in _shard_files(cache))[-last:]
+def shard_pace(cache: Path, last: int = 8, files: list[Path] | None = None) -> float | None:
+    """Seconds a shard over the last ``last`` shards written (their files' modification times; ``files``: the
+    cache's shards when already listed), None with fewer than two. Wall time, pauses included: what the next hours
+    will look like if the machine stays as busy."""
+    times = sorted(f.stat().st_mtime for f in (_shard_files(cache) if files is None else files))[-last:]
     return (times[-1] - times[0]) / (len(times) - 1) if len(times) >= 2 else None
 
 
@@ -71,12 +72,13 @@ def cache_progress(train: dict) -> list[dict]:
     pace (what ``train status`` shows while a fresh disk is being rebuilt, which on a slow CPU takes hours)."""
     out = []
     for _, cache, rows in feature_jobs(train):
-        meta = Path(cache) / "meta.json"
-        size = json.loads(meta.read_text()).get("shard_size", 64) if meta.exists() else 64
-        n = rows or (json.loads(meta.read_text())["sequences"] if meta.exists() else 0)
-        needed, done, pace = -(-n // size) if n else None, _shards(Path(cache)), shard_pace(Path(cache))
-        left = None if needed is None or pace is None else round(max(needed - done, 0) * pace / 3600, 2)
-        out.append({"cache": cache, "shards": done, "needed": needed, "hours_left": left})
+        meta_file = Path(cache) / "meta.json"
+        meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+        n = rows or meta.get("sequences", 0)
+        files = _shard_files(Path(cache))
+        needed, pace = -(-n // meta.get("shard_size", 64)) if n else None, shard_pace(Path(cache), files=files)
+        left = None if needed is None or pace is None else round(max(needed - len(files), 0) * pace / 3600, 2)
+        out.append({"cache": cache, "shards": len(files), "needed": needed, "hours_left": left})
     return out
 
 
