@@ -14,6 +14,7 @@ from lilicorr.decoding.draft_vocab import read_draft_vocab
 from lilicorr.decoding.engine import SpecEngine
 from lilicorr.decoding.methods import BuildContext, get_method
 from lilicorr.decoding.proposal import Proposer
+from lilicorr.runtime.packed_linear import pack_linears
 
 if TYPE_CHECKING:
     from lilicorr.decoding.verify import Verifier
@@ -55,6 +56,8 @@ def build_engine(
     registry's (tests that spy on or script proposals)."""
     r = _resolved(spec, draft, draft_dir)
     proposer = proposer or build_proposer(target, draft, r, extras=extras)
+    if draft is not None:
+        pack_linears(draft)  # the drafter's layers as the target's: packed once (runtime/packed_linear.py)
     vocab = None
     if r.draft_vocab_size and proposer.needs_draft:
         vocab = read_draft_vocab(r.model, r.draft_vocab_size, target.vocab_size)
