@@ -66,7 +66,9 @@ def test_every_method_serves_ar_text_and_counts_drafts(tiny_target_dir, folders,
 
     if "model" in spec:
         spec = {**spec, "model": str(folders / spec["model"])}
-    app, loop = build(str(tiny_target_dir), read_speculative_config(json.dumps(spec)), "tiny", max_model_len=256)
+    # the config as given (no load policy): whether the policy drafts depends on timings, and drafts are counted here
+    config = read_speculative_config(json.dumps(spec))
+    app, loop = build(str(tiny_target_dir), config, "tiny", max_model_len=256, load_policy=False)
     srv, th, url = serve_app(app)
     try:
         client = OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
