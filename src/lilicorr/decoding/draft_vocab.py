@@ -20,9 +20,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
+from torch import nn
 
 from lilicorr.data.atomic import atomic_write_text
+from lilicorr.runtime.packed_linear import pack_linears
 
 FILE = "draft_vocab.json"
 # Logit of every token outside the vocabulary: far below any real logit, yet finite, so softmax gives it
@@ -103,9 +104,12 @@ class VocabHead:
         self.ids = ids.to(weight.device)
         self.weight = weight.detach()[self.ids].contiguous()  # [V', H]
         self.vocab_size = weight.shape[0]
+        self.linear = nn.Linear(weight.shape[1], len(self.ids), bias=False, device=weight.device, dtype=weight.dtype)
+        self.linear.weight = nn.Parameter(self.weight, requires_grad=False)
+        pack_linears(self.linear)  # as the full head it replaces: packed once (runtime/packed_linear.py)
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
-        part = F.linear(hidden.to(self.weight.dtype), self.weight).float()  # [..., V']
+        part = self.linear(hidden.to(self.weight.dtype)).float()  # [..., V']
         full = part.new_full((*part.shape[:-1], self.vocab_size), OUTSIDE)  # [..., V]
         full[..., self.ids] = part
         return full
