@@ -56,6 +56,19 @@ def test_an_in_place_update_is_seen_not_the_stale_packed_copy():
 
 
 @needs_kernels
+def test_a_replaced_weight_is_seen_not_the_stale_packed_copy():
+    model = small_model(torch.float32)
+    pack_linears(model)
+    new = torch.randn(40, 24)
+    while new._version < model[0].weight._version:  # the same version counter as the old one: only storage differs
+        new.add_(0.0)
+    model[0].weight = nn.Parameter(new, requires_grad=False)
+    x = torch.randn(4, 24)
+    with torch.no_grad():
+        assert torch.allclose(model[0](x), x @ model[0].weight.T + model[0].bias, atol=1e-5)
+
+
+@needs_kernels
 def test_training_gets_gradients_through_a_packed_layer():
     model = small_model(torch.float32)
     pack_linears(model)

@@ -11,9 +11,9 @@ recompiles on every new cache length.
 What stays the same: the module is still the ``nn.Linear`` it was (its ``weight`` is the parameter the rest of the
 code reads, shares and saves); only its ``forward`` is routed to the packed copy, which costs one more copy of
 the weights in memory. A packed layer falls back to ``F.linear`` whenever the packed copy could be wrong or cannot
-serve: autograd wants gradients or autocast is on (training: autocast picks the dtype), the weight changed in place
-since it was packed (its version counter moved) or left the CPU, or the input's dtype is not the weight's.
-Whether to pack is decided here once:
+serve: autograd wants gradients or autocast is on (training: autocast picks the dtype), the weight was changed in
+place (its version counter moved), replaced or moved off the CPU since it was packed, or the input's dtype is not
+the weight's. Whether to pack is decided here once:
 ``LILICORR_PACKED_LINEAR=0`` turns it off (for A/B timing); a torch without the kernels, or a probe whose result
 differs from ``F.linear`` beyond rounding, leaves every layer as it was.
 """
@@ -79,8 +79,11 @@ def enabled() -> bool:
     return os.environ.get(ENV, "1").strip() not in ("0", "false", "no", "off")
 
 
-def _versions(module: nn.Linear) -> tuple[int, int]:
-    return module.weight._version, -1 if module.bias is None else module.bias._version
+def _versions(module: nn.Linear) -> tuple[int, int, int, int]:
+    """What identifies the tensors a packed copy was made from: their storage (a parameter replaced) and their
+    version counters (one changed in place)."""
+    w, bias = module.weight, module.bias
+    return w.data_ptr(), w._version, -1 if bias is None else bias.data_ptr(), -1 if bias is None else bias._version
 
 
 def _forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
