@@ -43,3 +43,13 @@ def test_vector_isa_and_family_read_exact_cpuinfo_keys(monkeypatch) -> None:
     assert (info["cpu"], info["cpu_family_model"], info["vector_isa"]) == ("AMD EPYC", "25/17", "avx512f")
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: text.replace(" avx512f avx512_bf16", ""))
     assert machine.machine_info()["vector_isa"] == "avx2"
+
+
+def test_the_record_says_which_dtypes_run_packed_linears(monkeypatch) -> None:
+    """A figure taken with the packing off (``LILICORR_PACKED_LINEAR=0``, for A/B timing) must say so."""
+    from lilicorr.runtime import packed_linear
+
+    on = machine_info()["packed_linear"]
+    assert on == [str(d).removeprefix("torch.") for d in packed_linear.DTYPES if packed_linear.kernels_agree(d)]
+    monkeypatch.setenv(packed_linear.ENV, "0")
+    assert machine_info()["packed_linear"] == []

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from lilicorr.runtime import packed_linear
 from lilicorr.runtime.dtype import cpu_has_fast_bf16
 
 
@@ -40,9 +41,18 @@ def _vector_isa() -> str:
     return next((f for f in ("avx512f", "avx2", "avx") if f in flags), "none")
 
 
+def _packed_dtypes() -> list[str]:
+    """The dtypes whose CPU linear layers run pre-packed here: none when switched off or without the kernels, so a
+    figure taken with ``LILICORR_PACKED_LINEAR=0`` says so."""
+    if not packed_linear.enabled():
+        return []
+    return [str(d).removeprefix("torch.") for d in packed_linear.DTYPES if packed_linear.kernels_agree(d)]
+
+
 def machine_info(with_time: bool = False) -> dict:
-    """Versions, threads, OpenMP policy, CPU model, cores, the CPU's bf16 flags and whether ``--dtype auto`` picks
-    bf16 here (``fast_bf16``); ``with_time`` adds the UTC time of the call (a benchmark's timestamp)."""
+    """Versions, threads, OpenMP policy, CPU model, cores, the CPU's bf16 flags, whether ``--dtype auto`` picks
+    bf16 here (``fast_bf16``) and which dtypes run pre-packed linears; ``with_time`` adds the UTC time of the call
+    (a benchmark's timestamp)."""
     import transformers
 
     info = {
@@ -59,6 +69,7 @@ def machine_info(with_time: bool = False) -> dict:
         "bf16_flags": _bf16_flags(),
         "fast_bf16": cpu_has_fast_bf16(),  # AMX-bf16 or AVX512-BF16: what --dtype auto reads
         "cuda": torch.cuda.is_available(),
+        "packed_linear": _packed_dtypes(),  # dtypes whose CPU linears run pre-packed (runtime/packed_linear.py)
     }
     if with_time:
         info["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
