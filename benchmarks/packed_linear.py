@@ -1,11 +1,11 @@
 """Pre-packed linear layers (``runtime/packed_linear.py``) against ``F.linear``: one layer, then whole engines.
 
 Why: the packing is on by default for every CPU target and drafter; this says what it buys on this machine. First
-one SmolLM2-sized layer (576 → 1 536) at 1 and 16 rows, fp32 and bf16, 48 distinct weights in turn so they come
-from memory as a model's do; then the engine as ``lilicorr serve`` runs it (the load policy), plain and with the
-default speculative configuration, with and without packing (``LILICORR_PACKED_LINEAR=0`` at load), on the same
-ShareGPT requests at ``--max-batch`` concurrent rows; the four engines take turns each round, so a drift on the
-machine does not favour one.
+one SmolLM2-sized layer (576 → 1 536) at 1, 16, 256 and 1 024 rows (a step, a verify, prefills), fp32 and bf16, 48
+distinct weights in turn so they come from memory as a model's do (``--layer-only``: nothing else); then the engine
+as ``lilicorr serve`` runs it (the load policy), plain and with the default speculative configuration, with and
+without packing (``LILICORR_PACKED_LINEAR=0`` at load), on the same ShareGPT requests at ``--max-batch`` concurrent
+rows; the four engines take turns each round, so a drift on the machine does not favour one.
 
     python benchmarks/packed_linear.py --rounds 3 --max-batch 1 8
 """
@@ -48,7 +48,7 @@ def one_layer() -> None:
     for dtype in packed_linear.DTYPES:
         weights = [torch.randn(1536, 576).to(dtype) for _ in range(48)]
         packed = [packed_linear.pack_weight(w) for w in weights]
-        for rows in (1, 16):
+        for rows in (1, 16, 256, 1024):  # a decoding step, a verify pass, prefills
             x = torch.randn(rows, 576).to(dtype)
             plain, fast = layer_us(x, weights, None), layer_us(x, weights, packed)
             name = str(dtype).removeprefix("torch.")
@@ -81,9 +81,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7, 1.0])
+    ap.add_argument("--layer-only", action="store_true", help="only the one-layer timings")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     one_layer()
+    if args.layer_only:
+        return
     dtype = resolve_dtype(args.dtype)
     ways = engines(args.target, args.draft, args.method, dtype)
     target = next(iter(ways.values())).target

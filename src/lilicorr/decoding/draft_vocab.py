@@ -104,8 +104,10 @@ class VocabHead:
         self.ids = ids.to(weight.device)
         self.weight = weight.detach()[self.ids].contiguous()  # [V', H]
         self.vocab_size = weight.shape[0]
-        self.linear = nn.Linear(weight.shape[1], len(self.ids), bias=False, device=weight.device, dtype=weight.dtype)
-        self.linear.weight = nn.Parameter(self.weight, requires_grad=False)
+        self.linear = nn.utils.skip_init(
+            nn.Linear, weight.shape[1], len(self.ids), bias=False, device=weight.device, dtype=weight.dtype
+        )
+        self.linear.weight = nn.Parameter(self.weight, requires_grad=False)  # [V', H]: the rows kept, not a copy
         pack_linears(self.linear)  # as the full head it replaces: packed once (runtime/packed_linear.py)
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -144,6 +144,7 @@ class TargetRuntime:
             head = nn.Linear(src.in_features, src.out_features, bias=src.bias is not None)
             head.load_state_dict({k: v.detach().cpu() for k, v in src.state_dict().items()})
             self._host["head"] = head.to(src.weight.dtype).eval()
+            pack_linears(self._host["head"])  # the drafter's head on the CPU, packed as a CPU target's is
         return self._host["head"]
 
     def _out(self, out, want_taps: bool) -> TargetOutput:
