@@ -63,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `lilicorr train status RUN | head`: the reader left, which is not an error
+        # Python would report the pipe again when it flushes stdout at exit; point stdout at nothing instead
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # what a shell reports for a command ended by SIGPIPE
 
 
 if __name__ == "__main__":
