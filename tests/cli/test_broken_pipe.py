@@ -23,9 +23,7 @@ sys.exit(cli.main(["status"]))
 
 
 def test_a_closed_pipe_ends_the_command_without_a_traceback():
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline() == "line 0\n"
     proc.stdout.close()  # what `head -1` does after its line
     err = proc.stderr.read()
