@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 from lilicorr.cli.main import main
 from lilicorr.runtime.dtype import resolve_dtype
 from lilicorr.runtime.machine import bf16_label, machine_info
@@ -53,3 +55,13 @@ def test_the_record_says_which_dtypes_run_packed_linears(monkeypatch) -> None:
     assert on == [str(d).removeprefix("torch.") for d in packed_linear.DTYPES if packed_linear.kernels_agree(d)]
     monkeypatch.setenv(packed_linear.ENV, "0")
     assert machine_info()["packed_linear"] == []
+
+
+def test_the_record_says_whether_a_4_bit_target_runs_the_int4_kernel(monkeypatch) -> None:
+    from lilicorr.runtime import int4_linear
+
+    monkeypatch.setenv(int4_linear.ROWS_ENV, "7")
+    want = ["bfloat16<=7"] if int4_linear.kernel_agrees(torch.bfloat16) else []
+    assert machine_info()["int4_target"] == want
+    monkeypatch.setenv(int4_linear.ENV, "0")
+    assert machine_info()["int4_target"] == []

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from lilicorr.runtime import packed_linear
+from lilicorr.runtime import int4_linear, packed_linear
 from lilicorr.runtime.dtype import cpu_has_fast_bf16
 
 
@@ -49,10 +49,19 @@ def _packed_dtypes() -> list[str]:
     return [str(d).removeprefix("torch.") for d in packed_linear.DTYPES if packed_linear.kernels_agree(d)]
 
 
+def _int4_dtypes() -> list[str]:
+    """The dtypes in which a target imported from a 4-bit GGUF runs its projections on the int4 kernel here, up to
+    how many rows: none when switched off (``LILICORR_INT4=0``) or without the kernel."""
+    if not int4_linear.enabled() or int4_linear.max_rows() <= 0:
+        return []
+    rows = int4_linear.max_rows()
+    return [f"{str(d).removeprefix('torch.')}<={rows}" for d in int4_linear.DTYPES if int4_linear.kernel_agrees(d)]
+
+
 def machine_info(with_time: bool = False) -> dict:
     """Versions, threads, OpenMP policy, CPU model, cores, the CPU's bf16 flags, whether ``--dtype auto`` picks
-    bf16 here (``fast_bf16``) and which dtypes run pre-packed linears; ``with_time`` adds the UTC time of the call
-    (a benchmark's timestamp)."""
+    bf16 here (``fast_bf16``), which dtypes run pre-packed linears and which the int4 kernel of a 4-bit target;
+    ``with_time`` adds the UTC time of the call (a benchmark's timestamp)."""
     import transformers
 
     info = {
@@ -70,6 +79,7 @@ def machine_info(with_time: bool = False) -> dict:
         "fast_bf16": cpu_has_fast_bf16(),  # AMX-bf16 or AVX512-BF16: what --dtype auto reads
         "cuda": torch.cuda.is_available(),
         "packed_linear": _packed_dtypes(),  # dtypes whose CPU linears run pre-packed (runtime/packed_linear.py)
+        "int4_target": _int4_dtypes(),  # dtype<=rows: a 4-bit GGUF target's projections (runtime/int4_linear.py)
     }
     if with_time:
         info["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

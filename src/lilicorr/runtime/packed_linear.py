@@ -79,7 +79,7 @@ def enabled() -> bool:
     return os.environ.get(ENV, "1").strip() not in ("0", "false", "no", "off")
 
 
-def _versions(module: nn.Linear) -> tuple[int, int, int, int]:
+def weight_versions(module: nn.Linear) -> tuple[int, int, int, int]:
     """What identifies the tensors a packed copy was made from: their storage (a parameter replaced) and their
     version counters (one changed in place)."""
     w, bias = module.weight, module.bias
@@ -88,7 +88,7 @@ def _versions(module: nn.Linear) -> tuple[int, int, int, int]:
 
 def _forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     w = self.weight
-    stale = _versions(self) != self._packed_version or w.device.type != "cpu"
+    stale = weight_versions(self) != self._packed_version or w.device.type != "cpu"
     wants_grad = torch.is_grad_enabled() and (w.requires_grad or x.requires_grad)
     if stale or wants_grad or x.dtype != w.dtype or torch.is_autocast_enabled("cpu"):
         return F.linear(x, w, self.bias)
@@ -110,7 +110,7 @@ def pack_linears(model: nn.Module) -> int:
             continue
         module._packed_weight = pack_weight(w)
         module._packed_bias = None if module.bias is None else module.bias.detach()
-        module._packed_version = _versions(module)
+        module._packed_version = weight_versions(module)
         module.forward = types.MethodType(_forward, module)
         packed += 1
     return packed

@@ -23,6 +23,7 @@ from lilicorr.runtime.arch import attention_layout, drafter_support, layer_masks
 from lilicorr.runtime.attention import use_grouped_sdpa
 from lilicorr.runtime.cache import CacheState, compaction_index, gather_columns, should_compact
 from lilicorr.runtime.folder import TargetError, check_folder, eos_ids
+from lilicorr.runtime.int4_linear import use_int4_weights
 from lilicorr.runtime.packed_linear import pack_linears
 
 
@@ -63,8 +64,11 @@ class TargetRuntime:
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
         use_grouped_sdpa(self.model)  # grouped K/V without transformers' per-step copy (runtime/attention.py)
+        self.int4_layers = 0
         if self.device.type == "cpu":
             pack_linears(self.model)  # weights laid out for oneDNN once, not at every call (runtime/packed_linear.py)
+            # a folder dequantized from a 4-bit GGUF: one-token steps on those 4-bit weights (runtime/int4_linear.py)
+            self.int4_layers = use_int4_weights(self.model, path)
         self._host: dict[str, nn.Module] = {}
         self.tokenizer = tokenizer
         self.path = path
