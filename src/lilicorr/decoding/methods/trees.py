@@ -35,7 +35,8 @@ AUTO_TREE_CAP = 32
 class TreeOptions:
     """The tree methods' own options (each checked once, by its ``option`` bound, when resolved)."""
 
-    # Default 16: measured faster than ``auto`` on SmolLM2 (docs/results/smollm2-speed-notes.md, "Auto budget").
+    # Default 16: measured faster than ``auto`` on SmolLM2 (docs/results/smollm2-speed-notes.md, "The adaptive arms
+    # without trees") and than 8 behind the draft gate (docs/results/smollm2-defaults-notes.md, session 41).
     tree_budget: int | str = option(
         16,
         "tree nodes verified per step, the pending token included; auto: each step the best-first prefix "
