@@ -37,7 +37,7 @@ class TreeOptions:
 
     # Default 16: measured faster than ``auto`` on SmolLM2 (docs/results/smollm2-speed-notes.md, "The adaptive arms
     # without trees") and than 8 behind the draft gate with packed bf16 layers; with the 4-bit projections the two
-    # are level within ±6 % (docs/results/smollm2-defaults-notes.md, session 41).
+    # were level, or 8 up to 10 % ahead (4 of 6 cells; docs/results/smollm2-defaults-notes.md, session 41).
     tree_budget: int | str = option(
         16,
         "tree nodes verified per step, the pending token included; auto: each step the best-first prefix "
