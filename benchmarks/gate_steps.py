@@ -14,18 +14,12 @@ import argparse
 import json
 import time
 
+from lilicorr.data.chat import row_ids
 from lilicorr.decoding.build import engine_from_speculative_config
 from lilicorr.decoding.request import Request
 from lilicorr.decoding.sampling import SamplingParams
 from lilicorr.runtime.dtype import resolve_dtype
 from lilicorr.runtime.runtime import TargetRuntime
-
-
-def prompt_ids(tok, row: dict) -> list[int]:
-    if "messages" in row:
-        text = tok.apply_chat_template(row["messages"][:1], add_generation_prompt=True, tokenize=False)
-        return tok(text, add_special_tokens=False)["input_ids"]
-    return tok(row["prompt"])["input_ids"]
 
 
 def main() -> None:
@@ -54,7 +48,7 @@ def main() -> None:
     totals = {True: [0, 0.0, 0], False: [0, 0.0, 0]}  # steps, seconds, tokens
     for i, row in enumerate(rows):
         params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=i)
-        engine.add([Request(prompt_ids(target.tokenizer, row), params)])
+        engine.add([Request(row_ids(target.tokenizer, row), params)])
         steps = []
         while engine.seqs:
             drafts = gate.skip == 0  # what should_draft will answer this step

@@ -22,6 +22,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from packed_linear import per_call_us
 
 from lilicorr.runtime import int4_linear
 from lilicorr.runtime.runtime import TargetRuntime
@@ -108,18 +109,11 @@ def fp32_layer() -> None:
     packed, scales = int4_linear.pack_grid(q, d, m, torch.float32)
     for rows in (1, 9):
         x = torch.randn(rows, 576, generator=gen)
-        plain = min(timed(lambda x=x: F.linear(x, w)) for _ in range(3))
-        int4 = min(timed(lambda x=x: int4_linear.int4_matmul(x, packed, scales, 1536)) for _ in range(3))
+        plain = min(per_call_us(lambda x=x: F.linear(x, w), reps=100) for _ in range(3))
+        int4 = min(
+            per_call_us(lambda x=x: int4_linear.int4_matmul(x, packed, scales, 1536), reps=100) for _ in range(3)
+        )
         print(f"fp32, {rows} rows: F.linear {plain:.0f} µs, int4 kernel {int4:.0f} µs ({plain / int4:.2f}x)")
-
-
-def timed(fn, reps: int = 100) -> float:
-    """µs a call."""
-    fn()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    return 1e6 * (time.perf_counter() - t0) / reps
 
 
 def main() -> None:

@@ -116,12 +116,12 @@ def kernel_agrees(dtype: torch.dtype) -> bool:
 
 def _forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     rows = x.numel() // max(x.shape[-1], 1)
-    w = self.weight
-    fresh = weight_versions(self) == self._int4_version and w.device.type == "cpu"
-    wants_grad = torch.is_grad_enabled() and (w.requires_grad or x.requires_grad)
-    if rows > self._int4_rows or not fresh or wants_grad or x.dtype != self._int4_scales.dtype:
+    if rows > self._int4_rows:  # a wide pass: the packed copy, which checks its own weight
         return self._int4_fallback(x)
-    if torch.is_autocast_enabled("cpu"):
+    w = self.weight
+    stale = weight_versions(self) != self._int4_version or w.device.type != "cpu"
+    wants_grad = torch.is_grad_enabled() and (w.requires_grad or x.requires_grad)
+    if stale or wants_grad or x.dtype != self._int4_scales.dtype or torch.is_autocast_enabled("cpu"):
         return self._int4_fallback(x)
     y = int4_matmul(x, self._int4_weight, self._int4_scales, self.out_features)
     return y if self.bias is None else y + self.bias
