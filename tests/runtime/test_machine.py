@@ -65,3 +65,18 @@ def test_the_record_says_whether_a_4_bit_target_runs_the_int4_kernel(monkeypatch
     assert machine_info()["int4_target"] == want
     monkeypatch.setenv(int4_linear.ENV, "0")
     assert machine_info()["int4_target"] == []
+
+
+def test_the_record_says_which_passes_run_on_one_thread(monkeypatch) -> None:
+    from lilicorr.runtime import threads
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+        monkeypatch.setenv("GOMP_SPINCOUNT", "0")
+        assert machine_info()["one_thread_passes"] == f"<={threads.SMALL_BATCH} rows, <={threads.SMALL_TOKENS} tokens"
+        monkeypatch.setenv("GOMP_SPINCOUNT", "10000")
+        assert machine_info()["one_thread_passes"] is None
+    finally:
+        torch.set_num_threads(before)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from lilicorr.runtime import int4_linear, packed_linear
+from lilicorr.runtime import int4_linear, packed_linear, threads
 from lilicorr.runtime.dtype import cpu_has_fast_bf16
 
 
@@ -58,9 +58,17 @@ def _int4_dtypes() -> list[str]:
     return [f"{str(d).removeprefix('torch.')}<={rows}" for d in int4_linear.DTYPES if int4_linear.kernel_agrees(d)]
 
 
+def _one_thread_passes() -> str | None:
+    """The target passes that run on one torch thread under this process's OpenMP settings, None when none do."""
+    if not threads.one_thread_for(1, 1):
+        return None
+    return f"<={threads.SMALL_BATCH} rows, <={threads.SMALL_TOKENS} tokens"
+
+
 def machine_info(with_time: bool = False) -> dict:
     """Versions, threads, OpenMP policy, CPU model, cores, the CPU's bf16 flags, whether ``--dtype auto`` picks
-    bf16 here (``fast_bf16``), which dtypes run pre-packed linears and which the int4 kernel of a 4-bit target;
+    bf16 here (``fast_bf16``), which dtypes run pre-packed linears and which the int4 kernel of a 4-bit target, which
+    target passes run on one thread;
     ``with_time`` adds the UTC time of the call (a benchmark's timestamp)."""
     import transformers
 
@@ -80,6 +88,7 @@ def machine_info(with_time: bool = False) -> dict:
         "cuda": torch.cuda.is_available(),
         "packed_linear": _packed_dtypes(),  # dtypes whose CPU linears run pre-packed (runtime/packed_linear.py)
         "int4_target": _int4_dtypes(),  # dtype<=rows: a 4-bit GGUF target's projections (runtime/int4_linear.py)
+        "one_thread_passes": _one_thread_passes(),  # target passes run on one thread here (runtime/threads.py)
     }
     if with_time:
         info["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -25,6 +25,7 @@ from lilicorr.runtime.cache import CacheState, compaction_index, gather_columns,
 from lilicorr.runtime.folder import TargetError, check_folder, eos_ids
 from lilicorr.runtime.int4_linear import use_int4_weights
 from lilicorr.runtime.packed_linear import pack_linears
+from lilicorr.runtime.threads import step_threads
 
 
 def resolve_device(device: str) -> str:
@@ -195,14 +196,15 @@ class TargetRuntime:
         key_pos = torch.cat([live_positions(state.valid), positions], dim=1)  # [batch, past + N]
         mask = layer_masks(self.layout, visible, positions, key_pos, self.model.dtype)
         dev = self.device
-        out = self.model(
-            input_ids=tokens.to(dev),
-            attention_mask=_to(mask, dev),
-            position_ids=positions.to(dev),
-            past_key_values=state.cache,
-            use_cache=True,
-            output_hidden_states=bool(self.layer_ids) and want_taps,
-        )
+        with step_threads(b, n):
+            out = self.model(
+                input_ids=tokens.to(dev),
+                attention_mask=_to(mask, dev),
+                position_ids=positions.to(dev),
+                past_key_values=state.cache,
+                use_cache=True,
+                output_hidden_states=bool(self.layer_ids) and want_taps,
+            )
         state.valid = torch.cat([state.valid, torch.ones(b, n, dtype=torch.bool)], dim=1)
         state.lengths = state.lengths + n
         return self._out(out, want_taps)
@@ -267,15 +269,16 @@ class TargetRuntime:
             key_pos = torch.cat([live_positions(state.valid), positions], dim=1)  # [batch, past + n]
             attn = layer_masks(self.layout, visible, positions, key_pos, self.model.dtype)
         dev = self.device
-        out = self.model(
-            input_ids=input_ids.to(dev),
-            attention_mask=_to(attn, dev),
-            position_ids=positions.to(dev),
-            past_key_values=state.cache,
-            use_cache=True,
-            output_hidden_states=bool(self.layer_ids) and want_taps,
-            **({"logits_to_keep": logits_at.to(dev)} if logits_at is not None and self._keeps_logits else {}),
-        )
+        with step_threads(b, n):
+            out = self.model(
+                input_ids=input_ids.to(dev),
+                attention_mask=_to(attn, dev),
+                position_ids=positions.to(dev),
+                past_key_values=state.cache,
+                use_cache=True,
+                output_hidden_states=bool(self.layer_ids) and want_taps,
+                **({"logits_to_keep": logits_at.to(dev)} if logits_at is not None and self._keeps_logits else {}),
+            )
         if logits_at is not None and not self._keeps_logits:
             out.logits = out.logits[:, logits_at.to(dev)]
         state.valid = torch.cat([state.valid, new_mask], dim=1)
