@@ -20,6 +20,7 @@ from lilicorr.decoding.verify import Verdict
 from lilicorr.models.draft import DraftModel
 from lilicorr.models.layers import over_rows
 from lilicorr.runtime.runtime import TargetRuntime
+from lilicorr.runtime.threads import step_threads
 
 DEFER_LIMIT = 64  # paused steps whose taps wait before they are fused anyway (one batched pass)
 
@@ -39,13 +40,14 @@ class DraftSide:
     def context(self, taps: torch.Tensor, start: torch.Tensor, valid: torch.Tensor):
         """Fuse taps of rows ``[batch, n]`` at positions ``start + i`` into a new cache chunk; returns
         ``(chunk, fused rows [batch, n, Hm])``."""
-        ctx = self.draft.fuse(taps.to(self.dtype))  # [batch, n, Hm]
-        pos = start[:, None] + torch.arange(taps.shape[1])[None]
-        cfg = self.draft.cfg
-        chunk = DraftContextCache.empty(
-            taps.shape[0], cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, self.dtype
-        )
-        chunk.append(self.draft.context_kv(ctx, pos), valid)
+        with step_threads(taps.shape[0], taps.shape[1]):
+            ctx = self.draft.fuse(taps.to(self.dtype))  # [batch, n, Hm]
+            pos = start[:, None] + torch.arange(taps.shape[1])[None]
+            cfg = self.draft.cfg
+            chunk = DraftContextCache.empty(
+                taps.shape[0], cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, self.dtype
+            )
+            chunk.append(self.draft.context_kv(ctx, pos), valid)
         return chunk, ctx
 
     def join(self, chunk: DraftContextCache) -> torch.Tensor | None:
@@ -117,7 +119,8 @@ class DraftSide:
         block = torch.cat([pending[:, None], torch.full((len(pending), n), self.draft.cfg.mask_token_id)], 1)
         emb = self.target.embed_tokens(block).to(self.dtype)  # [batch, n+1, H]
         pos = start[:, None] + torch.arange(n + 1)[None]
-        hidden = self.draft.draft_block(emb, pos, kv, valid)[:, 1:]  # [batch, n, Hm]
+        with step_threads(len(pending), n + 1):  # the layers: small operators, as the target's (runtime/threads.py)
+            hidden = self.draft.draft_block(emb, pos, kv, valid)[:, 1:]  # [batch, n, Hm]
         logits = over_rows(self.head, hidden.to(self.head.weight.dtype)).float()  # [batch, n, V]
         return DraftOutput(
             hidden=hidden,

@@ -17,6 +17,12 @@ hour (two rounds each): plain decoding 46.7–48.8 against 34.2–34.3 tokens/s 
 against 49.9–53.7 at two, 74.6–78.7 against 75.3–78.9 at four, 91.4–98.8 against 95.0–96.3 at eight; the default
 drafter configuration 1.27–1.36× at one and 1.28–1.34× at two requests, level at four and eight.
 
+The drafter's layers follow the same rule (``decoding/draft_side.py``): with its block pass on one thread the
+drafter's time (the "draft_backbone" stage) was 6.4 against 7.7–7.9 ms a drafting step of the 16-node tree at batch 1
+(two runs each, 9 prompts, 32 tokens, ``LILICORR_OMP_SPIN=0 lilicorr bench``); the fusion of taps, small passes too,
+follows the rule unmeasured on its own; its LM head over the block's rows, one large product, measured the same on
+either and keeps the configured threads.
+
 With the spin on (``GOMP_SPINCOUNT`` > 0: ``generate`` and ``bench`` on an idle machine) the second thread stays
 awake and two threads win at every size (a plain step 14.5 against 16.9 ms), so nothing changes there.
 ``LILICORR_STEP_THREADS=0`` turns the rule off.
