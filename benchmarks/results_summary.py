@@ -78,8 +78,8 @@ def serving_rows(page: Path) -> list[str]:
             continue
         lo, hi = min(ratios, key=ratios.get), max(ratios, key=ratios.get)
         one = f"; c=1 {ratios[1]:.2f}×" if 1 in ratios and 1 not in (lo, hi) else ""
-        out.append(f"| [{page.stem}] | mixed | {arm} | × plain serving: worst c={lo} {ratios[lo]:.2f}×, "
-                   f"best c={hi} {ratios[hi]:.2f}×{one}"
+        out.append(f"| [{page.stem}] | mixed | {arm} | × plain serving: {ratios[lo]:.2f}× (c={lo}) to "
+                   f"{ratios[hi]:.2f}× (c={hi}){one}"
                    + (f"; failed c={', '.join(map(str, failed))}" if failed else "") + " |")  # fmt: skip
     return out
 

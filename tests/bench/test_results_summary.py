@@ -39,9 +39,9 @@ def test_a_serving_row_names_its_worst_and_best_level_and_c1(tmp_path):
     page.write_text(PAGE)
     rows = _summary_module().serving_rows(page)
     assert rows == [
-        "| [smollm2-serving] | mixed | chain | × plain serving: worst c=2 0.98×, best c=64 1.22×; c=1 1.06× |",
-        "| [smollm2-serving] | mixed | tree | × plain serving: worst c=64 0.96×, best c=1 1.34× |",
-        "| [smollm2-serving] | mixed | crashed | × plain serving: worst c=2 0.91×, best c=1 1.19×; failed c=64 |",
+        "| [smollm2-serving] | mixed | chain | × plain serving: 0.98× (c=2) to 1.22× (c=64); c=1 1.06× |",
+        "| [smollm2-serving] | mixed | tree | × plain serving: 0.96× (c=64) to 1.34× (c=1) |",
+        "| [smollm2-serving] | mixed | crashed | × plain serving: 0.91× (c=2) to 1.19× (c=1); failed c=64 |",
     ]
 
 
