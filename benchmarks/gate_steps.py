@@ -8,7 +8,14 @@ rates after it; the totals give ms a step and tokens/s of each kind.
     python benchmarks/gate_steps.py --draft models/smollm2-dflash --prompts 12
 """
 
+# ruff: noqa: E402  (the OpenMP choice must come before torch loads)
 from __future__ import annotations
+
+from lilicorr.cli.openmp import openmp_spin
+
+# the OpenMP wait `lilicorr bench` chooses (a bounded spin on an idle machine), before torch loads: the figures
+# this prints are those of the engine as bench and generate run it
+openmp_spin("bench")
 
 import argparse
 import json
