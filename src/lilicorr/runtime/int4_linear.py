@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lilicorr.runtime.packed_linear import weight_versions
+from lilicorr.runtime.switches import switch_on
 
 ENV = "LILICORR_INT4"
 ROWS_ENV = "LILICORR_INT4_MAX_ROWS"
@@ -43,7 +44,7 @@ _PROBE: dict[torch.dtype, bool] = {}
 
 def enabled() -> bool:
     """On unless ``LILICORR_INT4`` is ``0``."""
-    return os.environ.get(ENV, "1").strip() not in ("0", "false", "no", "off")
+    return switch_on(ENV)
 
 
 def max_rows() -> int:

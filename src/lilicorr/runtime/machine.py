@@ -67,9 +67,8 @@ def _one_thread_passes() -> str | None:
 
 def machine_info(with_time: bool = False) -> dict:
     """Versions, threads, OpenMP policy, CPU model, cores, the CPU's bf16 flags, whether ``--dtype auto`` picks
-    bf16 here (``fast_bf16``), which dtypes run pre-packed linears and which the int4 kernel of a 4-bit target, which
-    target passes run on one thread;
-    ``with_time`` adds the UTC time of the call (a benchmark's timestamp)."""
+    bf16 here (``fast_bf16``), which dtypes run pre-packed linears and which the int4 kernel of a 4-bit target, and
+    which target passes run on one thread; ``with_time`` adds the UTC time of the call (a benchmark's timestamp)."""
     import transformers
 
     info = {

@@ -20,12 +20,13 @@ differs from ``F.linear`` beyond rounding, leaves every layer as it was.
 
 from __future__ import annotations
 
-import os
 import types
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from lilicorr.runtime.switches import switch_on
 
 ENV = "LILICORR_PACKED_LINEAR"
 DTYPES = (torch.float32, torch.bfloat16)
@@ -76,7 +77,7 @@ def kernels_agree(dtype: torch.dtype) -> bool:
 
 def enabled() -> bool:
     """The switch for A/B timing: on unless ``LILICORR_PACKED_LINEAR`` is ``0``."""
-    return os.environ.get(ENV, "1").strip() not in ("0", "false", "no", "off")
+    return switch_on(ENV)
 
 
 def weight_versions(module: nn.Linear) -> tuple[int, int, int, int]:

@@ -195,19 +195,38 @@ class TargetRuntime:
         positions = state.lengths[:, None] + depth  # [batch, N]
         key_pos = torch.cat([live_positions(state.valid), positions], dim=1)  # [batch, past + N]
         mask = layer_masks(self.layout, visible, positions, key_pos, self.model.dtype)
+        out = self._model_pass(state, tokens, mask, positions, want_taps)
+        state.valid = torch.cat([state.valid, torch.ones(b, n, dtype=torch.bool)], dim=1)
+        state.lengths = state.lengths + n
+        return self._out(out, want_taps)
+
+    def _model_pass(
+        self,
+        state: CacheState,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        positions: torch.Tensor,
+        want_taps: bool,
+        logits_at: torch.Tensor | None = None,
+    ):
+        """The one call into the HF model, for ``forward`` and ``forward_tree``: appends ``ids [batch, n]`` to
+        ``state.cache``; on one thread when the pass is small (``runtime/threads.py``); logits at ``logits_at``
+        only, when given."""
         dev = self.device
-        with step_threads(b, n):
+        keep = {"logits_to_keep": logits_at.to(dev)} if logits_at is not None and self._keeps_logits else {}
+        with step_threads(*ids.shape):
             out = self.model(
-                input_ids=tokens.to(dev),
+                input_ids=ids.to(dev),
                 attention_mask=_to(mask, dev),
                 position_ids=positions.to(dev),
                 past_key_values=state.cache,
                 use_cache=True,
                 output_hidden_states=bool(self.layer_ids) and want_taps,
+                **keep,
             )
-        state.valid = torch.cat([state.valid, torch.ones(b, n, dtype=torch.bool)], dim=1)
-        state.lengths = state.lengths + n
-        return self._out(out, want_taps)
+        if logits_at is not None and not self._keeps_logits:
+            out.logits = out.logits[:, logits_at.to(dev)]
+        return out
 
     def keep_new(self, state: CacheState, keep: torch.Tensor) -> None:
         """Of the last ``keep.shape[1]`` columns keep only those marked (an accepted tree path).
@@ -268,19 +287,7 @@ class TargetRuntime:
             visible = torch.cat([state.valid[:, None, :].expand(b, n, state.valid.shape[1]), causal], dim=2)
             key_pos = torch.cat([live_positions(state.valid), positions], dim=1)  # [batch, past + n]
             attn = layer_masks(self.layout, visible, positions, key_pos, self.model.dtype)
-        dev = self.device
-        with step_threads(b, n):
-            out = self.model(
-                input_ids=input_ids.to(dev),
-                attention_mask=_to(attn, dev),
-                position_ids=positions.to(dev),
-                past_key_values=state.cache,
-                use_cache=True,
-                output_hidden_states=bool(self.layer_ids) and want_taps,
-                **({"logits_to_keep": logits_at.to(dev)} if logits_at is not None and self._keeps_logits else {}),
-            )
-        if logits_at is not None and not self._keeps_logits:
-            out.logits = out.logits[:, logits_at.to(dev)]
+        out = self._model_pass(state, input_ids, attn, positions, want_taps, logits_at)
         state.valid = torch.cat([state.valid, new_mask], dim=1)
         state.lengths = state.lengths + new_mask.sum(1)
         return self._out(out, want_taps)

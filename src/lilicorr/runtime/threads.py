@@ -36,6 +36,8 @@ from contextlib import contextmanager
 
 import torch
 
+from lilicorr.runtime.switches import switch_on
+
 SMALL_BATCH = 2
 SMALL_TOKENS = 36
 ENV = "LILICORR_STEP_THREADS"
@@ -53,7 +55,7 @@ def sleeping_openmp() -> bool:
 def one_thread_for(batch: int, tokens: int) -> bool:
     """Whether a target pass of ``batch`` rows × ``tokens`` new tokens a row runs faster on one thread."""
     return (
-        os.environ.get(ENV, "1") != "0"
+        switch_on(ENV)
         and batch <= SMALL_BATCH
         and batch * tokens <= SMALL_TOKENS
         and torch.get_num_threads() > 1
