@@ -8,6 +8,7 @@ turns each round. Accuracy (``--accuracy``): the bf16 target with and without th
 target over the positions of ShareGPT prompts (top-1 agreement, KL), every row count on the int4 kernel.
 
     python benchmarks/int4_target.py --rounds 3
+    OMP_WAIT_POLICY=PASSIVE python benchmarks/int4_target.py --rounds 3 --serve   # as `lilicorr serve` runs it
     python benchmarks/int4_target.py --accuracy
     python benchmarks/int4_target.py --fp32-layer
 """
@@ -15,11 +16,14 @@ target over the positions of ShareGPT prompts (top-1 agreement, KL), every row c
 # ruff: noqa: E402  (the OpenMP choice must come before torch loads)
 from __future__ import annotations
 
+import sys
+
 from lilicorr.cli.openmp import openmp_spin
 
 # the OpenMP wait `lilicorr bench` chooses (a bounded spin on an idle machine), before torch loads: the figures
-# this prints are those of the engine as bench and generate run it
-openmp_spin("bench")
+# this prints are those of the engine as bench and generate run it; with --serve, the server's (no spin: passes of
+# up to 2 rows and 36 tokens then run on one thread, runtime/threads.py)
+openmp_spin("serve" if "--serve" in sys.argv else "bench")
 
 import argparse
 import json
@@ -129,6 +133,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=60)
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 5, 9, 13, 17, 33])
+    ap.add_argument("--serve", action="store_true", help="the server's OpenMP wait (no spin) instead of bench's")
     ap.add_argument("--accuracy", action="store_true", help="accuracy against the fp32 target instead of speed")
     ap.add_argument("--fp32-layer", action="store_true", help="one layer on the kernel in fp32 against F.linear")
     ap.add_argument("--prompts", default="data/prompts/sharegpt.jsonl")

@@ -4,7 +4,8 @@ import pytest
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from lilicorr.runtime.attention import NAME, grouped_sdpa
+from lilicorr.runtime import attention
+from lilicorr.runtime.attention import DECODE_MIN_ROWS, NAME, decode_attention, grouped_sdpa
 from lilicorr.runtime.runtime import TargetRuntime
 
 
@@ -31,6 +32,47 @@ def test_grouped_sdpa_equals_transformers_sdpa(q_len, float_mask, groups):
     ref, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=0.3)
     assert ours.shape == (b, q_len, kv * groups, d)
     torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
+
+
+def _qkv_mask(b, q_len, groups, dtype, seed, k_len=13, float_mask=False):
+    g = torch.Generator().manual_seed(seed)
+    kv, d = 2, 8
+    q = torch.randn(b, kv * groups, q_len, d, generator=g).to(dtype)
+    k, v = (torch.randn(b, kv, k_len, d, generator=g).to(dtype) for _ in range(2))
+    mask = torch.rand(b, 1, q_len, k_len, generator=g) > 0.3
+    mask[..., -1] = True
+    if float_mask:
+        mask = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+    return q, k, v, mask
+
+
+@pytest.mark.parametrize("q_len", [1, 3])
+@pytest.mark.parametrize("float_mask", [False, True])
+@pytest.mark.parametrize("groups", [1, 3])
+def test_decode_attention_equals_sdpa_in_fp32(q_len, float_mask, groups):
+    q, k, v, mask = _qkv_mask(5, q_len, groups, torch.float32, seed=groups * 10 + q_len, float_mask=float_mask)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3, enable_gqa=True)
+    torch.testing.assert_close(decode_attention(q, k, v, mask, 0.3), ref, rtol=1e-5, atol=1e-6)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(decode_attention(q, k, v, mask, None), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_bf16_one_token_queries_of_enough_rows_take_the_decode_path(monkeypatch):
+    calls = []
+    monkeypatch.setattr(attention, "decode_attention", lambda *a: calls.append(a[0].shape) or decode_attention(*a))
+    module = _Attn(3)
+    for rows, q_len, dtype, taken in (
+        (DECODE_MIN_ROWS, 1, torch.bfloat16, True),
+        (DECODE_MIN_ROWS - 1, 1, torch.bfloat16, False),
+        (DECODE_MIN_ROWS, 2, torch.bfloat16, False),  # a verify pass keeps the flash kernel
+        (DECODE_MIN_ROWS, 1, torch.float32, False),
+    ):
+        calls.clear()
+        q, k, v, mask = _qkv_mask(rows, q_len, 3, dtype, seed=rows)
+        ours, _ = grouped_sdpa(module, q, k, v, mask, scaling=0.3)
+        ref, _ = sdpa_attention_forward(module, q.float(), k.float(), v.float(), mask, scaling=0.3)
+        assert bool(calls) == taken and ours.dtype == dtype
+        torch.testing.assert_close(ours.float(), ref, rtol=0, atol=3e-2)  # bf16 rounding of inputs and scores
 
 
 def test_runtime_switches_sdpa_models_only(tiny_target_dir):

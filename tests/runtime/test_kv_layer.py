@@ -56,3 +56,18 @@ def test_append_that_fits_does_not_copy_the_cache():
 def test_runtime_cache_replaces_attention_layers_only(tiny_target):
     cache = runtime_cache(tiny_target.model.config)
     assert cache.layers and all(isinstance(x, GrowingLayer) for x in cache.layers)
+
+
+def test_keep_rows_matches_reorder_without_reallocating():
+    ours, ref = GrowingLayer(), DynamicLayer()
+    for layer in (ours, ref):
+        layer.update(*_kv(4, 6, 0))
+    buf = ours._buf["keys"].data_ptr()
+    ours.keep_rows([0, 3, 2])  # row 1 left; row 3 moved into its slot
+    ref.reorder_cache(torch.tensor([0, 3, 2]))
+    _same(ours, ref)
+    assert ours._buf["keys"].data_ptr() == buf
+    for layer in (ours, ref):  # appends after the selection land in the kept rows' buffer
+        layer.update(*_kv(3, 2, 1))
+    _same(ours, ref)
+    assert ours._buf["keys"].data_ptr() == buf

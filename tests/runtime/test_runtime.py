@@ -124,6 +124,22 @@ def test_compact_and_select_rows_preserve_outputs(tiny_target):
     torch.testing.assert_close(out.logits[0, 0], logits1[-1], atol=1e-5, rtol=0)
 
 
+def test_select_rows_moving_a_row_in_place_preserves_outputs(tiny_target):
+    prompts = [_prompt(n, seed=20 + n) for n in (5, 9, 7)]
+    state = tiny_target.new_state(3)
+    ids, mask = torch.zeros(3, 9, dtype=torch.long), torch.zeros(3, 9, dtype=torch.bool)
+    for i, p in enumerate(prompts):
+        ids[i, : len(p)], mask[i, : len(p)] = torch.tensor(p), True
+    tiny_target.forward(state, ids, mask)
+    buf = state.cache.layers[0]._buf["keys"].data_ptr()
+    tiny_target.select_rows(state, torch.tensor([2, 1]))  # row 0 leaves, row 2 takes its slot (in place)
+    assert state.cache.layers[0]._buf["keys"].data_ptr() == buf and state.lengths.tolist() == [7, 9]
+    out = tiny_target.forward(state, torch.tensor([[40], [41]]))
+    for row, (p, tok) in enumerate(((prompts[2], 40), (prompts[1], 41))):
+        logits, _ = _full_forward(tiny_target, p + [tok])
+        torch.testing.assert_close(out.logits[row, 0], logits[-1], atol=1e-5, rtol=0)
+
+
 def test_embedding_and_head_exposed(tiny_target):
     assert tiny_target.embed_tokens.weight.shape == (tiny_target.vocab_size, 64)
     h = torch.randn(2, 64)

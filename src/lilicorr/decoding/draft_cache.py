@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from lilicorr.models.backbone import KV
-from lilicorr.runtime.cache import compaction_index, gather_columns, should_compact
+from lilicorr.runtime.cache import compaction_index, gather_columns, is_leave_order, move_rows, should_compact
 
 
 @dataclass
@@ -46,7 +46,14 @@ class DraftContextCache:
         self.valid = torch.gather(self.valid, 1, src)
 
     def select_rows(self, rows: torch.Tensor) -> None:
-        self.kv = [(k[rows], v[rows]) for k, v in self.kv]
+        """Keep the given rows; a ``leave_order`` selection (``runtime/cache.py``) moves only the rows that change
+        slot, in place (every tensor here is this cache's own: ``append`` and ``concat`` make new ones; ``empty``'s
+        shared tensor has no columns to move)."""
+        order = rows.tolist()
+        if is_leave_order(order):
+            self.kv = [(move_rows(k, order), move_rows(v, order)) for k, v in self.kv]
+        else:
+            self.kv = [(k[rows], v[rows]) for k, v in self.kv]
         self.valid = self.valid[rows]
 
     @staticmethod

@@ -29,7 +29,7 @@ from lilicorr.decoding.sampling import choose_token
 from lilicorr.decoding.stats import SpecStats, StageTimer
 from lilicorr.decoding.verify import Verdict, Verifier
 from lilicorr.models.draft import DraftModel
-from lilicorr.runtime.cache import CacheState, pad_right
+from lilicorr.runtime.cache import CacheState, leave_order, pad_right
 from lilicorr.runtime.runtime import TargetRuntime
 
 
@@ -158,11 +158,12 @@ class SpecEngine:
             if self.drafter is not None:
                 self.drafter.clear()
             return
-        rows = torch.tensor(keep)
+        order = leave_order(keep)  # the kept rows, the tail's moved into freed slots
+        rows = torch.tensor(order)
         self.target.select_rows(self.tstate, rows)
         if self.drafter is not None:
             self.drafter.select_rows(rows)
-        self.seqs = [self.seqs[i] for i in keep]
+        self.seqs = [self.seqs[i] for i in order]
 
     def _drop_finished(self) -> None:
         self._keep_rows([i for i, s in enumerate(self.seqs) if not s.request.finished])

@@ -6,6 +6,16 @@ For a decoding step that copy grows with the cache: SmolLM2-135M (9 query heads,
 one 2 048-token row spent 2.1 s of a profiled 3.3 s step in it (docs/results/smollm2-serving-notes.md).
 torch's own SDPA takes grouped K/V with a mask (``enable_gqa``) and gives the same result without the copy.
 
+A one-token query in bf16 (a decoding step) from ``DECODE_MIN_ROWS`` rows up takes ``decode_attention`` instead:
+torch's flash kernel for CPU is slow there in reduced precision (its fp32 path is not), so two matrix products
+and a softmax beat it. Measured on the 2-core AMD EPYC (Zen 4, session 43; ``python benchmarks/decode_attention.py``)
+per layer of SmolLM2's shape (9 query heads, 3 K/V heads, 64 dims), flash against this path: at one thread 1 row
+116 against 108 µs, 2 rows 278 against 238, 4 rows 762 against 332; at two threads 4 rows 514 against 549, 8 rows
+(200 columns) 1 101 against 702, 32 rows 5 347 against 1 456, 16 rows of 1 000 columns 8 532 against 2 848 — at 32
+rows, attention was 63 % of a plain step. Its scores are rounded to bf16 before the fp32 softmax, as transformers'
+eager attention does: the output's largest error against fp32 attention was 0.003–0.005 against flash's
+0.001–0.002. Verify passes (several query tokens a row) and fp32 keep the flash kernel, which wins or ties there.
+
 ``lilicorr_sdpa`` is registered with transformers' ``AttentionInterface`` (and its mask function with
 ``AttentionMaskInterface``, as sdpa's); ``TargetRuntime`` switches a model that runs ``sdpa`` to it. Anything
 this path does not cover — a position bias, attention sinks, a soft-cap, a paged cache, no grouping or no
@@ -19,6 +29,30 @@ import torch.nn.functional as F
 
 NAME = "lilicorr_sdpa"
 _OTHER_KWARGS = ("position_bias", "s_aux", "sinks", "softcap", "cache")
+DECODE_MIN_ROWS = 4  # from here a one-token bf16 query takes decode_attention (even at 4 rows on two threads)
+
+
+def decode_attention(
+    query: torch.Tensor,  # [batch, heads, q, dim]
+    key: torch.Tensor,  # [batch, kv_heads, k, dim]
+    value: torch.Tensor,  # [batch, kv_heads, k, dim]
+    mask: torch.Tensor,  # [batch, 1, q, k] bool (True: attend) or additive
+    scale: float | None,
+) -> torch.Tensor:
+    """Grouped attention as two products and a softmax; returns ``[batch, heads, q, dim]``. The query heads that
+    share a K/V head are stacked as its rows (head ``i`` reads K/V head ``i // groups``, as ``repeat_kv``), so
+    nothing is copied per group."""
+    b, h, n, d = query.shape
+    kvh = key.shape[1]
+    g = h // kvh
+    scores = torch.matmul(query.reshape(b, kvh, g * n, d), key.transpose(-1, -2))  # [b, kv_heads, g·q, k]
+    scores = scores.view(b, kvh, g, n, -1).float() * (d**-0.5 if scale is None else scale)
+    if mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask[:, :, None], float("-inf"))  # [b, 1, 1, q, k] over the groups
+    else:
+        scores = scores + mask[:, :, None].float()
+    probs = scores.softmax(-1).to(value.dtype).view(b, kvh, g * n, -1)
+    return torch.matmul(probs, value).view(b, h, n, d)
 
 
 def grouped_sdpa(
@@ -43,9 +77,12 @@ def grouped_sdpa(
         or kwargs.get("output_attentions", False)
     ):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
-    out = F.scaled_dot_product_attention(
-        query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, enable_gqa=True
-    )  # [batch, heads, q, dim]
+    if query.shape[2] == 1 and query.shape[0] >= DECODE_MIN_ROWS and query.dtype != torch.float32 and not dropout:
+        out = decode_attention(query, key, value, attention_mask, scaling)
+    else:
+        out = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, enable_gqa=True
+        )  # [batch, heads, q, dim]
     return out.transpose(1, 2).contiguous(), None
 
 

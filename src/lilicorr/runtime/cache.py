@@ -37,6 +37,36 @@ def gather_columns(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     return torch.gather(x, 2, src[:, None, :, None].expand(b, x.shape[1], cols, x.shape[3]))
 
 
+def leave_order(keep: list[int]) -> list[int]:
+    """The rows' new order when only ``keep`` (ascending) of a batch's rows stay: a kept row below the new size
+    stays in its slot, and each slot a leaving row frees there takes a kept row from beyond it. A cache then moves
+    only those few rows into place and drops its tail (``is_leave_order``), where keeping ``keep`` in order moved
+    every row: at 32 rows on SmolLM2 a finished request cost a 77 ms copy of the whole cache, for every row
+    (docs/results/smollm2-serving-notes.md)."""
+    m, kept = len(keep), set(keep)
+    order = list(range(m))
+    freed = [i for i in range(m) if i not in kept]
+    for slot, row in zip(freed, [r for r in keep if r >= m], strict=True):
+        order[slot] = row
+    return order
+
+
+def is_leave_order(order: list[int]) -> bool:
+    """``order`` keeps each row it does not move in place and moves rows only from beyond its length, once each:
+    such a selection can be done in place (no moved row is overwritten before it is read)."""
+    m = len(order)
+    return len(set(order)) == m and all(src == dst or src >= m for dst, src in enumerate(order))
+
+
+def move_rows(x: torch.Tensor, order: list[int]) -> torch.Tensor:
+    """``x [batch, …]`` at rows ``order`` (an ``is_leave_order``): the moved rows are copied into their slots in
+    place and the result is a view of ``x``'s leading rows."""
+    for dst, src in enumerate(order):
+        if dst != src:
+            x[dst] = x[src]
+    return x[: len(order)]
+
+
 @dataclass
 class CacheState:
     """Per-batch decoding state: HF cache plus which columns hold a live token of each row."""

@@ -4,7 +4,8 @@
 at batch 16 with one 2 048-token row copied ≈ 1.5 GB a step, 0.7 s of a profiled 1.3 s step
 (docs/results/smollm2-serving-notes.md). This layer keeps its keys and values in a buffer that grows by half again
 when full (amortised O(1) per appended column) and exposes the filled part as a view, so the runtime's own cache
-edits (``keep_new`` writing in place, ``compact`` and ``select_rows`` replacing the tensors, ``crop``) work as on
+edits (``keep_new`` writing in place, ``compact`` replacing the tensors, ``crop``, ``select_rows`` moving a few rows
+in place — ``keep_rows`` — or replacing the tensors) work as on
 the layer it replaces. A sliding-window layer is replaced too: the runtime keeps every column and masks the
 window itself (runtime/arch.py).
 """
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
+
+from lilicorr.runtime.cache import move_rows
 
 SPARE_MIN = 64  # columns of headroom a grown buffer gets at least (one verify step never reallocates)
 
@@ -64,6 +67,16 @@ class GrowingLayer(DynamicLayer):
         self._append("keys", key_states)
         self._append("values", value_states)
         return self.keys, self.values
+
+    def keep_rows(self, order: list[int]) -> None:
+        """Keep the rows ``order`` (``runtime.cache.is_leave_order``: the few rows that move come from beyond
+        the new batch) in place: they are copied into their slots and the buffer's leading rows become the batch,
+        so a finished request costs a copy of the rows that move, not of every row."""
+        for name, n in self._len.items():
+            buf = self._buf[name]
+            if buf is not None:
+                move_rows(buf[:, :, :n], order)  # the moved rows' filled columns, into their slots
+                self._buf[name] = buf[: len(order)]  # the leading rows, capacity kept
 
     def get_seq_length(self) -> int:
         return self._len["keys"] if self.is_initialized else 0

@@ -21,7 +21,7 @@ from torch import nn
 
 from lilicorr.runtime.arch import attention_layout, drafter_support, layer_masks, live_positions
 from lilicorr.runtime.attention import use_grouped_sdpa
-from lilicorr.runtime.cache import CacheState, compaction_index, gather_columns, should_compact
+from lilicorr.runtime.cache import CacheState, compaction_index, gather_columns, is_leave_order, should_compact
 from lilicorr.runtime.folder import TargetError, check_folder, eos_ids
 from lilicorr.runtime.int4_linear import use_int4_weights
 from lilicorr.runtime.packed_linear import pack_linears
@@ -318,8 +318,15 @@ class TargetRuntime:
         state.valid = torch.gather(state.valid, 1, src)
 
     def select_rows(self, state: CacheState, rows: torch.Tensor) -> None:
-        """Keep only the given batch rows (a finished request leaves the batch)."""
-        state.cache.reorder_cache(rows.to(self.device))
+        """Keep only the given batch rows (a finished request leaves the batch). A ``leave_order`` selection
+        (``runtime/cache.py``) moves only the rows that change slot, in place; any other copies every row."""
+        order = rows.tolist()
+        in_place = is_leave_order(order)
+        for layer in state.cache.layers:
+            if in_place and hasattr(layer, "keep_rows"):  # a GrowingLayer (runtime/kv_layer.py)
+                layer.keep_rows(order)
+            else:
+                layer.reorder_cache(rows.to(self.device))
         state.valid = state.valid[rows]
         state.lengths = state.lengths[rows]
 
