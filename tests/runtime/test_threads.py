@@ -75,3 +75,21 @@ def test_target_pass_on_one_thread_matches_the_configured_threads(two_threads, t
         tiny_target.forward(state, ids[:, :-1], want_taps=False)
         got[on] = tiny_target.forward(state, ids[:, -1:], want_taps=False).logits
     torch.testing.assert_close(got["1"], got["0"], rtol=1e-5, atol=1e-5)
+
+
+def test_the_lm_head_of_a_one_thread_pass_runs_on_the_threads_set_aside(two_threads, tiny_target, monkeypatch):
+    seen = []
+    head = tiny_target.model.get_output_embeddings()
+    handle = head.register_forward_pre_hook(lambda m, a: seen.append(torch.get_num_threads()))  # after the runtime's
+    layer = tiny_target.model.model.layers[0]
+    first = layer.register_forward_pre_hook(lambda m, a: seen.append(-torch.get_num_threads()))
+    try:
+        state = tiny_target.new_state(1)
+        tiny_target.forward(state, torch.tensor([[5, 9]]), want_taps=False)
+        assert seen == [-1, 2] and torch.get_num_threads() == 2  # the layers on one thread, the head on two
+        seen.clear()
+        head(torch.zeros(1, head.in_features))  # outside a pass (the drafter's use of the head): left alone
+        assert seen == [2] and torch.get_num_threads() == 2
+    finally:
+        handle.remove()
+        first.remove()

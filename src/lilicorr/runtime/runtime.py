@@ -25,7 +25,7 @@ from lilicorr.runtime.cache import CacheState, compaction_index, gather_columns,
 from lilicorr.runtime.folder import TargetError, check_folder, eos_ids
 from lilicorr.runtime.int4_linear import use_int4_weights
 from lilicorr.runtime.packed_linear import pack_linears
-from lilicorr.runtime.threads import step_threads
+from lilicorr.runtime.threads import head_on_pass_threads, step_threads
 
 
 def resolve_device(device: str) -> str:
@@ -70,6 +70,9 @@ class TargetRuntime:
             pack_linears(self.model)  # weights laid out for oneDNN once, not at every call (runtime/packed_linear.py)
             # a folder dequantized from a 4-bit GGUF: one-token steps on those 4-bit weights (runtime/int4_linear.py)
             self.int4_layers = use_int4_weights(self.model, path)
+            head = self.model.get_output_embeddings()
+            if head is not None:  # a one-thread pass's LM head runs on the threads it set aside (runtime/threads.py)
+                head_on_pass_threads(head)
         self._host: dict[str, nn.Module] = {}
         self.tokenizer = tokenizer
         self.path = path

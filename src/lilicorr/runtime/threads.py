@@ -23,6 +23,11 @@ drafter's time (the "draft_backbone" stage) was 6.4 against 7.7–7.9 ms a draft
 follows the rule unmeasured on its own; its LM head over the block's rows, one large product, measured the same on
 either and keeps the configured threads.
 
+The target's LM head inside such a pass is one large product (SmolLM2: 49 152 × 576), whose split pays for the one
+wake-up: it runs on the threads the pass set aside (``head_on_pass_threads``). Measured on a 2-core Zen 4 EPYC
+(session 43, the head alone, the second thread asleep before each call): 1 row 3.2–3.7 → 2.0–2.3 ms, 17 rows 6.5 →
+3.5 ms; whole passes, interleaved, two runs: 1.04–1.05× at 1 row, 0.99–1.04× at 17.
+
 With the spin on (``GOMP_SPINCOUNT`` > 0: ``generate`` and ``bench`` on an idle machine) the second thread stays
 awake and two threads win at every size (a plain step 14.5 against 16.9 ms), so nothing changes there.
 ``LILICORR_STEP_THREADS=0`` turns the rule off.
@@ -31,6 +36,7 @@ awake and two threads win at every size (a plain step 14.5 against 16.9 ms), so 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -63,6 +69,9 @@ def one_thread_for(batch: int, tokens: int) -> bool:
     )
 
 
+_pass = threading.local()  # .threads: the count a one-thread pass set aside (None outside one)
+
+
 @contextmanager
 def step_threads(batch: int, tokens: int) -> Iterator[None]:
     """Run the enclosed pass on one thread when ``one_thread_for`` says so, restoring the count after."""
@@ -71,7 +80,25 @@ def step_threads(batch: int, tokens: int) -> Iterator[None]:
         return
     before = torch.get_num_threads()
     torch.set_num_threads(1)
+    _pass.threads = before
     try:
         yield
     finally:
+        _pass.threads = None
         torch.set_num_threads(before)
+
+
+def head_on_pass_threads(head: torch.nn.Module) -> None:
+    """Hooks on ``head`` (the target's LM head): inside a one-thread pass it runs on the count the pass set aside;
+    elsewhere (a pass on every thread, the drafter's use of the same head) the hooks change nothing."""
+
+    def before(module: torch.nn.Module, args: tuple) -> None:
+        if getattr(_pass, "threads", None):
+            torch.set_num_threads(_pass.threads)
+
+    def after(module: torch.nn.Module, args: tuple, out: torch.Tensor) -> None:
+        if getattr(_pass, "threads", None):
+            torch.set_num_threads(1)
+
+    head.register_forward_pre_hook(before)
+    head.register_forward_hook(after)
