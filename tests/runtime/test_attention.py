@@ -5,7 +5,7 @@ import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from lilicorr.runtime import attention
-from lilicorr.runtime.attention import DECODE_MIN_ROWS, NAME, decode_attention, grouped_sdpa
+from lilicorr.runtime.attention import DECODE_MIN_ROWS, NAME, ONE_THREAD_MIN_ROWS, decode_attention, grouped_sdpa
 from lilicorr.runtime.runtime import TargetRuntime
 
 
@@ -61,12 +61,17 @@ def test_bf16_one_token_queries_of_enough_rows_take_the_decode_path(monkeypatch)
     calls = []
     monkeypatch.setattr(attention, "decode_attention", lambda *a: calls.append(a[0].shape) or decode_attention(*a))
     module = _Attn(3)
-    for rows, q_len, dtype, taken in (
-        (DECODE_MIN_ROWS, 1, torch.bfloat16, True),
-        (DECODE_MIN_ROWS - 1, 1, torch.bfloat16, False),
-        (DECODE_MIN_ROWS, 2, torch.bfloat16, False),  # a verify pass keeps the flash kernel
-        (DECODE_MIN_ROWS, 1, torch.float32, False),
+    for threads, rows, q_len, dtype, taken in (
+        (2, DECODE_MIN_ROWS, 1, torch.bfloat16, True),
+        (2, DECODE_MIN_ROWS - 1, 1, torch.bfloat16, False),
+        (1, ONE_THREAD_MIN_ROWS, 1, torch.bfloat16, True),  # a small pass on one thread
+        (1, ONE_THREAD_MIN_ROWS - 1, 1, torch.bfloat16, False),
+        (2, DECODE_MIN_ROWS, 2, torch.bfloat16, False),  # a verify pass keeps the flash kernel
+        (2, DECODE_MIN_ROWS, 1, torch.float32, False),
     ):
+        monkeypatch.setattr(
+            torch, "get_num_threads", lambda n=threads: n
+        )  # the rule reads it; torch's stay as they are
         calls.clear()
         q, k, v, mask = _qkv_mask(rows, q_len, 3, dtype, seed=rows)
         ours, _ = grouped_sdpa(module, q, k, v, mask, scaling=0.3)

@@ -6,15 +6,18 @@ For a decoding step that copy grows with the cache: SmolLM2-135M (9 query heads,
 one 2 048-token row spent 2.1 s of a profiled 3.3 s step in it (docs/results/smollm2-serving-notes.md).
 torch's own SDPA takes grouped K/V with a mask (``enable_gqa``) and gives the same result without the copy.
 
-A one-token query in bf16 (a decoding step) from ``DECODE_MIN_ROWS`` rows up takes ``decode_attention`` instead:
-torch's flash kernel for CPU is slow there in reduced precision (its fp32 path is not), so two matrix products
-and a softmax beat it. Measured on the 2-core AMD EPYC (Zen 4, session 43; ``python benchmarks/decode_attention.py``)
-per layer of SmolLM2's shape (9 query heads, 3 K/V heads, 64 dims), flash against this path: at one thread 1 row
-116 against 108 µs, 2 rows 278 against 238, 4 rows 762 against 332; at two threads 4 rows 514 against 549, 8 rows
-(200 columns) 1 101 against 702, 32 rows 5 347 against 1 456, 16 rows of 1 000 columns 8 532 against 2 848 — at 32
-rows, attention was 63 % of a plain step. Its scores are rounded to bf16 before the fp32 softmax, as transformers'
-eager attention does: the output's largest error against fp32 attention was 0.003–0.005 against flash's
-0.001–0.002. Verify passes (several query tokens a row) and fp32 keep the flash kernel, which wins or ties there.
+A one-token query in bf16 (a decoding step) on the CPU takes ``decode_attention`` instead from ``DECODE_MIN_ROWS``
+rows up, and from ``ONE_THREAD_MIN_ROWS`` on one thread (a small pass under ``runtime/threads.py``): torch's flash
+kernel for CPU is slow there in reduced precision (its fp32 path is not), so two matrix products and a softmax beat
+it. Measured on the 2-core AMD EPYC (Zen 4, session 43; ``OMP_WAIT_POLICY=PASSIVE python
+benchmarks/decode_attention.py``, two runs) per layer of SmolLM2's shape (9 query heads, 3 K/V heads, 64 dims), flash
+against this path: on one thread 1 row 116 against 107–108 µs, 2 rows 278 against 134–238, 4 rows 555–762 against
+175–332, 32 rows of 200 columns 6 282 against 1 010; on two threads 1 row 156 against 360, 4 rows 367–514 against
+447–549 (a loss: each operator wakes the second thread), 8 rows 853–1 101 against 523–702, 32 rows 3 295–5 347
+against 1 124–1 456, 16 rows of 1 000 columns 8 382–8 532 against 2 629–2 848 — at 32 rows, attention was 63 % of a
+plain step. Its scores are rounded to bf16 before the fp32 softmax, as transformers' eager attention does: the
+output's largest error against fp32 attention was 0.002–0.006 against flash's 0.001–0.002. Verify passes (several
+query tokens a row) and fp32 keep the flash kernel, which wins or ties there on two threads.
 
 ``lilicorr_sdpa`` is registered with transformers' ``AttentionInterface`` (and its mask function with
 ``AttentionMaskInterface``, as sdpa's); ``TargetRuntime`` switches a model that runs ``sdpa`` to it. Anything
@@ -29,7 +32,19 @@ import torch.nn.functional as F
 
 NAME = "lilicorr_sdpa"
 _OTHER_KWARGS = ("position_bias", "s_aux", "sinks", "softcap", "cache")
-DECODE_MIN_ROWS = 4  # from here a one-token bf16 query takes decode_attention (even at 4 rows on two threads)
+DECODE_MIN_ROWS = 8  # rows from which a one-token bf16 query takes decode_attention (two threads lose at 4)
+ONE_THREAD_MIN_ROWS = 2  # … and on one thread, where it wins from 2 rows
+
+
+def decodes_better(query: torch.Tensor) -> bool:
+    """Whether ``decode_attention`` beats torch's SDPA for ``query [batch, heads, q, dim]``: one query token a row,
+    enough rows, reduced precision, on the CPU (a GPU's fused kernels are another matter, unmeasured here)."""
+    return (
+        query.device.type == "cpu"
+        and query.shape[2] == 1
+        and query.shape[0] >= (ONE_THREAD_MIN_ROWS if torch.get_num_threads() == 1 else DECODE_MIN_ROWS)
+        and query.dtype != torch.float32
+    )
 
 
 def decode_attention(
@@ -77,7 +92,7 @@ def grouped_sdpa(
         or kwargs.get("output_attentions", False)
     ):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
-    if query.shape[2] == 1 and query.shape[0] >= DECODE_MIN_ROWS and query.dtype != torch.float32 and not dropout:
+    if decodes_better(query) and not dropout:
         out = decode_attention(query, key, value, attention_mask, scaling)
     else:
         out = F.scaled_dot_product_attention(
