@@ -5,7 +5,7 @@ import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from lilicorr.runtime import attention
-from lilicorr.runtime.attention import DECODE_MIN_ROWS, NAME, ONE_THREAD_MIN_ROWS, decode_attention, grouped_sdpa
+from lilicorr.runtime.attention import NAME, fp32_attention, grouped_sdpa
 from lilicorr.runtime.runtime import TargetRuntime
 
 
@@ -47,37 +47,40 @@ def _qkv_mask(b, q_len, groups, dtype, seed, k_len=13, float_mask=False):
 
 
 @pytest.mark.parametrize("q_len", [1, 3])
-@pytest.mark.parametrize("float_mask", [False, True])
+@pytest.mark.parametrize("float_mask", [False, True, None])
 @pytest.mark.parametrize("groups", [1, 3])
-def test_decode_attention_equals_sdpa_in_fp32(q_len, float_mask, groups):
-    q, k, v, mask = _qkv_mask(5, q_len, groups, torch.float32, seed=groups * 10 + q_len, float_mask=float_mask)
-    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3, enable_gqa=True)
-    torch.testing.assert_close(decode_attention(q, k, v, mask, 0.3), ref, rtol=1e-5, atol=1e-6)
-    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-    torch.testing.assert_close(decode_attention(q, k, v, mask, None), ref, rtol=1e-5, atol=1e-6)
+def test_fp32_attention_equals_sdpa_in_fp64(q_len, float_mask, groups):
+    q, k, v, mask = _qkv_mask(5, q_len, groups, torch.bfloat16, seed=groups * 10 + q_len, float_mask=bool(float_mask))
+    if float_mask is None:
+        mask = None
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q.double(), k.double(), v.double(), attn_mask=mask, scale=0.3, enable_gqa=True
+    )
+    out = fp32_attention(
+        q, k, v, None if mask is None else mask.to(torch.bfloat16) if mask.is_floating_point() else mask, 0.3
+    )
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.double(), ref, rtol=0, atol=8e-3)  # the output's bf16 rounding alone
 
 
-def test_bf16_one_token_queries_of_enough_rows_take_the_decode_path(monkeypatch):
+def test_one_token_reduced_precision_queries_take_the_fp32_path(monkeypatch):
     calls = []
-    monkeypatch.setattr(attention, "decode_attention", lambda *a: calls.append(a[0].shape) or decode_attention(*a))
-    module = _Attn(3)
-    for threads, rows, q_len, dtype, taken in (
-        (2, DECODE_MIN_ROWS, 1, torch.bfloat16, True),
-        (2, DECODE_MIN_ROWS - 1, 1, torch.bfloat16, False),
-        (1, ONE_THREAD_MIN_ROWS, 1, torch.bfloat16, True),  # a small pass on one thread
-        (1, ONE_THREAD_MIN_ROWS - 1, 1, torch.bfloat16, False),
-        (2, DECODE_MIN_ROWS, 2, torch.bfloat16, False),  # a verify pass keeps the flash kernel
-        (2, DECODE_MIN_ROWS, 1, torch.float32, False),
+    monkeypatch.setattr(attention, "fp32_attention", lambda *a: calls.append(a[0].shape) or fp32_attention(*a))
+    for groups, rows, q_len, dtype, masked, taken in (
+        (3, 1, 1, torch.bfloat16, False, True),  # a batch-1 step: transformers gives no mask
+        (3, 4, 1, torch.bfloat16, True, True),
+        (1, 4, 1, torch.float16, True, True),  # no grouping
+        (3, 4, 2, torch.bfloat16, True, False),  # a verify pass keeps the bf16 flash kernel
+        (3, 4, 1, torch.float32, True, False),
     ):
-        monkeypatch.setattr(
-            torch, "get_num_threads", lambda n=threads: n
-        )  # the rule reads it; torch's stay as they are
         calls.clear()
-        q, k, v, mask = _qkv_mask(rows, q_len, 3, dtype, seed=rows)
+        q, k, v, mask = _qkv_mask(rows, q_len, groups, dtype, seed=rows + q_len)
+        mask = mask if masked else None
+        module = _Attn(groups)
         ours, _ = grouped_sdpa(module, q, k, v, mask, scaling=0.3)
-        ref, _ = sdpa_attention_forward(module, q.float(), k.float(), v.float(), mask, scaling=0.3)
+        ref, _ = sdpa_attention_forward(module, q.double(), k.double(), v.double(), mask, scaling=0.3)
         assert bool(calls) == taken and ours.dtype == dtype
-        torch.testing.assert_close(ours.float(), ref, rtol=0, atol=3e-2)  # bf16 rounding of inputs and scores
+        torch.testing.assert_close(ours.double(), ref, rtol=0, atol=3e-2)  # the inputs' and output's rounding
 
 
 def test_runtime_switches_sdpa_models_only(tiny_target_dir):
