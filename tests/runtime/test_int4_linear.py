@@ -143,3 +143,75 @@ def test_a_target_imported_from_4_bits_runs_them_and_agrees_with_fp32(tiny_targe
         steps = [rt.forward(state_, ids[:, i : i + 1], want_taps=False).logits[0, 0] for i in range(8, 24)]
     got = torch.stack(steps).argmax(-1)  # [16]: one-token steps on the int4 kernel
     assert (got == want[8:]).float().mean() >= 0.8
+
+
+class Block(nn.Module):
+    """A layer's projections as transformers names them: q, k, v (k with a bias, as Qwen2's), an MLP's gate and up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj = (
+            nn.Linear(96, 64, bias=False),
+            nn.Linear(96, 32),
+            nn.Linear(96, 32, False),
+        )
+        self.gate_proj, self.up_proj, self.down_proj = (nn.Linear(96, 128, False), nn.Linear(96, 128, False),
+                                                       nn.Linear(128, 96, False))  # fmt: skip
+
+
+def saved_block(tmp_path: Path) -> tuple[nn.Module, dict[str, tuple[torch.Tensor, torch.Tensor]]]:
+    """The block stored exactly on Q4_1 grids, and each projection's own int4 operands (as without sibling groups)."""
+    model, own = Block(), {}
+    with torch.no_grad():
+        for i, (name, m) in enumerate(model.named_children()):
+            m.weight.copy_(q4_1_weight(*m.weight.shape, seed=i))
+            own[name] = int4_linear.pack_grid(*recover_grid(m.weight), torch.bfloat16)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    return model.to(torch.bfloat16).eval(), own
+
+
+@needs_kernel
+def test_siblings_share_one_product_with_the_same_bits_as_their_own(tmp_path, monkeypatch):
+    block, own = saved_block(tmp_path)
+    assert use_int4_weights(block, tmp_path) == 6
+    assert block.q_proj._int4_siblings is block.v_proj._int4_siblings is not block.up_proj._int4_siblings
+    assert not hasattr(block.down_proj, "_int4_siblings")  # reads another input
+    for group in (block.q_proj._int4_siblings, block.up_proj._int4_siblings):
+        group.pays = True  # as under the server's sleeping OpenMP threads …
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # … on two of them (the rule reads it; torch's stay)
+    x, other = (torch.randn(3, 96).to(torch.bfloat16) for _ in range(2))
+    with torch.inference_mode():
+        for order in (("q_proj", "k_proj", "v_proj"), ("v_proj", "q_proj", "k_proj")):
+            got = {n: getattr(block, n)(x) for n in order}
+            for n in order:
+                m = getattr(block, n)
+                want = int4_matmul(x, *own[n], m.out_features)
+                assert torch.equal(got[n], want if m.bias is None else want + m.bias)
+        assert block.q_proj._int4_siblings._waiting.input is None  # every output taken: x is not held
+        block.gate_proj(x)
+        up = block.up_proj(other)  # another input: computed for it, not the output waiting for x
+        assert torch.equal(up, int4_matmul(other, *own["up_proj"], 128))
+    with torch.inference_mode():
+        q = block.q_proj(x)  # k's and v's outputs now wait for x
+    assert torch.equal(q, int4_matmul(x, *own["q_proj"], 64))
+    x.mul_(2.0)  # x changed in place since: k must not take the output computed before
+    with torch.inference_mode():
+        assert torch.equal(block.k_proj(x), int4_matmul(x, *own["k_proj"], 32) + block.k_proj.bias)
+    with torch.no_grad():
+        block.k_proj.weight.mul_(2.0)  # stale: k takes its previous forward, its siblings stay right
+        assert torch.equal(block.k_proj(x), nn.functional.linear(x, block.k_proj.weight, block.k_proj.bias))
+        assert torch.equal(block.v_proj(x), int4_matmul(x, *own["v_proj"], 32))
+
+
+@needs_kernel
+@pytest.mark.parametrize("pays, threads", [(False, 2), (True, 1)])
+def test_siblings_keep_their_own_products_where_sharing_does_not_pay(tmp_path, monkeypatch, pays, threads):
+    block, own = saved_block(tmp_path)
+    use_int4_weights(block, tmp_path)
+    shared = block.q_proj._int4_siblings
+    shared.pays = pays
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    x = torch.randn(2, 96).to(torch.bfloat16)
+    with torch.inference_mode():
+        assert torch.equal(block.q_proj(x), int4_matmul(x, *own["q_proj"], 64))
+    assert getattr(shared._waiting, "outputs", None) is None  # nothing computed for the siblings

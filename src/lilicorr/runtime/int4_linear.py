@@ -18,11 +18,25 @@ top-1 96.5 % against 96.8 %, KL 1.63e-3 against 1.51e-3 a position). Only bf16: 
 SmolLM2 layer 13–37× slower than ``F.linear`` here (``--fp32-layer``). The plain and the
 speculative engine share the runtime, so both get it; ``LILICORR_INT4=0`` switches it off (A/B timing), and
 ``LILICORR_INT4_MAX_ROWS`` moves the cut-over.
+
+Projections that read the same input in one forward (``SIBLINGS``: a layer's q, k and v; its gate and up) can share
+one product over their weights stacked (``Siblings``): the first of them to be called computes all of their outputs
+and the others take theirs, provided they are called with that very tensor, unchanged. Each output column is the
+same dot product either way, and the kernel gives the same bits (tested). It pays only where each call wakes
+OpenMP's sleeping second thread — fewer, wider calls wake it less often — so it runs only with the server's wait
+(``OMP_WAIT_POLICY=PASSIVE``, no spin) on more than one thread. Per layer of SmolLM2 (``OMP_WAIT_POLICY=PASSIVE python
+benchmarks/int4_siblings.py``, 2-core Zen 4, session 44), one call each against one shared: two sleeping threads q, k,
+v 170 → 79 µs at one row, 181 → 119 at four, 284 → 141 at twelve; gate and up 171 → 121, 205 → 150, 377 → 324. On
+one thread 1.00–1.15× per layer, which the extra bookkeeping ate in whole passes (one and two rows 0.9–1.0×); under
+bench's spin 0.6–1.8×, level in whole passes. Whole passes on two sleeping threads are noisy here (±10 ms between
+runs): ``benchmarks/runtime_step.py``, alternated with the commit before, seven runs each over three sittings, means
+8 rows 59.7 → 52.2 ms, 12 rows (two runs) 64.2 → 57.9, 3–6 rows level (4 rows 45.0 → 44.7).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -33,12 +47,14 @@ from torch import nn
 
 from lilicorr.runtime.packed_linear import weight_versions
 from lilicorr.runtime.switches import switch_on
+from lilicorr.runtime.threads import sleeping_openmp
 
 ENV = "LILICORR_INT4"
 ROWS_ENV = "LILICORR_INT4_MAX_ROWS"
 MAX_ROWS = 12  # the cut-over measured above (13 rows 1.0×, 17 rows 0.9×)
 GROUP = 32  # inputs per scale: Q4_1's and Q4_K's block
 DTYPES = (torch.bfloat16,)
+SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # names that read one input in one forward
 _PROBE: dict[torch.dtype, bool] = {}
 
 
@@ -122,10 +138,57 @@ def _forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     w = self.weight
     stale = weight_versions(self) != self._int4_version or w.device.type != "cpu"
     wants_grad = torch.is_grad_enabled() and (w.requires_grad or x.requires_grad)
-    if stale or wants_grad or x.dtype != self._int4_scales.dtype or torch.is_autocast_enabled("cpu"):
+    if stale or wants_grad or x.dtype != self._int4_dtype or torch.is_autocast_enabled("cpu"):
         return self._int4_fallback(x)
-    y = int4_matmul(x, self._int4_weight, self._int4_scales, self.out_features)
+    siblings = getattr(self, "_int4_siblings", None)
+    if siblings is not None and siblings.pays and torch.get_num_threads() > 1:
+        y = siblings.output(self._int4_slot, x)
+    else:
+        y = int4_matmul(x, self._int4_weight, self._int4_scales, self.out_features)
     return y if self.bias is None else y + self.bias
+
+
+class Siblings:
+    """One int4 product for projections that read the same input: the call that finds no outputs waiting for its
+    input computes every sibling's and keeps the others' for that tensor (per thread, until taken)."""
+
+    def __init__(self, grids: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], dtype: torch.dtype) -> None:
+        q, d, m = (torch.cat(parts) for parts in zip(*grids, strict=True))  # stacked along the outputs
+        self.weight, self.scales = pack_grid(q, d, m, dtype)
+        self.sizes = [g[0].shape[0] for g in grids]
+        self.pays = sleeping_openmp()  # measured faster only there (module docstring); libgomp reads it once
+        self._waiting = threading.local()  # .input, .version, .outputs: outputs computed and not yet taken
+
+    def output(self, slot: int, x: torch.Tensor) -> torch.Tensor:
+        w = self._waiting
+        outputs = getattr(w, "outputs", None)
+        version = -1 if x.is_inference() else x._version  # inference tensors keep no version counter
+        if outputs is None or w.input is not x or w.version != version or outputs[slot] is None:
+            full = int4_matmul(x, self.weight, self.scales, sum(self.sizes))  # [..., Σ out]
+            outputs = [part.contiguous() for part in full.split(self.sizes, -1)]
+            w.input, w.version, w.outputs = x, version, outputs
+        y, outputs[slot] = outputs[slot], None
+        if all(o is None for o in outputs):
+            w.input = w.outputs = None  # nothing waits: the input is not held
+        return y
+
+
+def group_siblings(model: nn.Module, grids: dict[nn.Module, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> int:
+    """Give the converted projections named in ``SIBLINGS`` under one parent, with one input width, a shared
+    ``Siblings`` product; returns how many groups were formed."""
+    groups = 0
+    for parent in model.modules():
+        for names in SIBLINGS:
+            members = [getattr(parent, n, None) for n in names]
+            if not all(isinstance(m, nn.Linear) and m in grids for m in members):
+                continue
+            if len({m.in_features for m in members}) != 1 or len({m.weight.dtype for m in members}) != 1:
+                continue
+            shared = Siblings([grids[m] for m in members], members[0].weight.dtype)
+            for slot, m in enumerate(members):
+                m._int4_siblings, m._int4_slot = shared, slot  # each keeps its own product for the other cases
+            groups += 1
+    return groups
 
 
 def stored_weights(folder: Path) -> Callable[[str], torch.Tensor | None]:
@@ -149,16 +212,19 @@ def use_int4_weights(model: nn.Module, folder: Path | None) -> int:
     linears = [(n, m) for n, m in linears if m.weight.device.type == "cpu" and m.weight.dtype in DTYPES]
     if not linears or not kernel_agrees(linears[0][1].weight.dtype):
         return 0
-    read, rows, done = stored_weights(Path(folder)), max_rows(), 0
+    read, rows, done, grids = stored_weights(Path(folder)), max_rows(), 0, {}
     for name, module in linears:
         stored = read(f"{name}.weight")
         grid = None if stored is None or stored.shape != module.weight.shape else recover_grid(stored)
         if grid is None:
             continue
         module._int4_weight, module._int4_scales = pack_grid(*grid, module.weight.dtype)
+        module._int4_dtype = module.weight.dtype
+        grids[module] = grid
         module._int4_version = weight_versions(module)
         module._int4_rows = rows
         module._int4_fallback = module.forward  # packed or nn.Linear's own
         module.forward = types.MethodType(_forward, module)
         done += 1
+    group_siblings(model, grids)
     return done
