@@ -11,10 +11,9 @@ says what that buys per layer under each OpenMP wait the engine runs with. Run i
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
+from decode_attention import per_call_us  # median µs a call
 
 from lilicorr.runtime.int4_linear import GROUP, int4_matmul, pack_grid
 
@@ -26,17 +25,6 @@ def random_grid(out: int, inp: int, gen: torch.Generator) -> tuple[torch.Tensor,
     d = (torch.rand(out, inp // GROUP, generator=gen) * 0.01 + 1e-3).to(torch.bfloat16).float()
     m = (-torch.rand(out, inp // GROUP, generator=gen) * 0.05).to(torch.bfloat16).float()
     return q, d, m
-
-
-def per_call_us(fn, reps: int) -> float:
-    for _ in range(20):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e6 * statistics.median(times)
 
 
 def main() -> None:
