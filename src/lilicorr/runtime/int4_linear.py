@@ -30,7 +30,8 @@ v 170 → 79 µs at one row, 181 → 119 at four, 284 → 141 at twelve; gate an
 one thread 1.00–1.15× per layer, which the extra bookkeeping ate in whole passes (one and two rows 0.9–1.0×); under
 bench's spin 0.6–1.8×, level in whole passes. Whole passes on two sleeping threads are noisy here (±10 ms between
 runs): ``benchmarks/runtime_step.py``, alternated with the commit before, seven runs each over three sittings, means
-8 rows 59.7 → 52.2 ms, 12 rows (two runs) 64.2 → 57.9, 3–6 rows level (4 rows 45.0 → 44.7).
+8 rows 59.7 → 52.2 ms, 12 rows (two runs) 64.2 → 57.9, 3–6 rows level (4 rows 45.0 → 44.7). The shared copies
+cost memory: SmolLM2 in bf16 loads at 1 059 MB resident against 991 MB without them.
 """
 
 from __future__ import annotations
@@ -173,22 +174,17 @@ class Siblings:
         return y
 
 
-def group_siblings(model: nn.Module, grids: dict[nn.Module, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> int:
-    """Give the converted projections named in ``SIBLINGS`` under one parent, with one input width, a shared
-    ``Siblings`` product; returns how many groups were formed."""
-    groups = 0
+def sibling_sets(model: nn.Module) -> dict[nn.Module, tuple[nn.Module, ...]]:
+    """Each linear named in ``SIBLINGS`` under one parent, with one input width and dtype, mapped to its set."""
+    sets = {}
     for parent in model.modules():
         for names in SIBLINGS:
-            members = [getattr(parent, n, None) for n in names]
-            if not all(isinstance(m, nn.Linear) and m in grids for m in members):
+            members = tuple(getattr(parent, n, None) for n in names)
+            if not all(isinstance(m, nn.Linear) for m in members):
                 continue
-            if len({m.in_features for m in members}) != 1 or len({m.weight.dtype for m in members}) != 1:
-                continue
-            shared = Siblings([grids[m] for m in members], members[0].weight.dtype)
-            for slot, m in enumerate(members):
-                m._int4_siblings, m._int4_slot = shared, slot  # each keeps its own product for the other cases
-            groups += 1
-    return groups
+            if len({m.in_features for m in members}) == 1 and len({m.weight.dtype for m in members}) == 1:
+                sets.update((m, members) for m in members)
+    return sets
 
 
 def stored_weights(folder: Path) -> Callable[[str], torch.Tensor | None]:
@@ -212,7 +208,8 @@ def use_int4_weights(model: nn.Module, folder: Path | None) -> int:
     linears = [(n, m) for n, m in linears if m.weight.device.type == "cpu" and m.weight.dtype in DTYPES]
     if not linears or not kernel_agrees(linears[0][1].weight.dtype):
         return 0
-    read, rows, done, grids = stored_weights(Path(folder)), max_rows(), 0, {}
+    read, rows, done = stored_weights(Path(folder)), max_rows(), 0
+    sets, waiting = sibling_sets(model), {}  # waiting: a set's grids so far (a layer's siblings come one after another)
     for name, module in linears:
         stored = read(f"{name}.weight")
         grid = None if stored is None or stored.shape != module.weight.shape else recover_grid(stored)
@@ -220,11 +217,17 @@ def use_int4_weights(model: nn.Module, folder: Path | None) -> int:
             continue
         module._int4_weight, module._int4_scales = pack_grid(*grid, module.weight.dtype)
         module._int4_dtype = module.weight.dtype
-        grids[module] = grid
+        if module in sets:
+            got = waiting.setdefault(sets[module], {})
+            got[module] = grid
+            if len(got) == len(sets[module]):  # the set is complete: one shared product, its grids let go
+                shared = Siblings([got[m] for m in sets[module]], module.weight.dtype)
+                for slot, m in enumerate(sets[module]):
+                    m._int4_siblings, m._int4_slot = shared, slot  # each keeps its own product for other cases
+                del waiting[sets[module]]
         module._int4_version = weight_versions(module)
         module._int4_rows = rows
         module._int4_fallback = module.forward  # packed or nn.Linear's own
         module.forward = types.MethodType(_forward, module)
         done += 1
-    group_siblings(model, grids)
     return done
