@@ -123,3 +123,40 @@ def test_grouped_attention_reads_kv_heads_in_repeat_interleave_order():
     v = torch.cat([kv[1], vb], 2).repeat_interleave(rep, 1)
     ref = F.scaled_dot_product_attention(qs, k, v, attn_mask=mask[:, None]).transpose(1, 2).reshape(b, q, -1)
     torch.testing.assert_close(out, attn.o_proj(ref))
+
+
+def test_rms_norm_equals_the_formula_written_out():
+    """The fused kernel the norm runs gives exactly Qwen3's written-out norm (fp32 statistics, scale in the input
+    dtype), in fp32 and bf16, on a decoding step's and a training batch's shapes."""
+    from lilicorr.models.layers import RMSNorm
+
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.bfloat16):
+        norm = RMSNorm(576, 1e-6)
+        with torch.no_grad():
+            norm.weight.copy_(torch.randn(576, generator=g))
+        norm = norm.to(dtype)
+        for shape in ((1, 1, 576), (4, 9, 576), (2, 300, 576)):
+            x = (torch.randn(shape, generator=g) * 3).to(dtype)
+            xf = x.float()
+            ref = norm.weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(dtype)
+            assert torch.equal(norm(x), ref), (dtype, shape)
+
+
+def test_one_rope_table_per_pass_changes_nothing():
+    """The backbone computes the rotary tables once for every layer; a layer computing its own gives the same."""
+    model = _model(conv=True)
+    b, t = 2, 11
+    ctx = _ctx(model, b, t)
+    kv = model.context_kv(ctx, torch.arange(t).expand(b, t))
+    own = [layer.self_attn.project_kv(ctx, torch.arange(t).expand(b, t)) for layer in model.layers]
+    for (k, v), (k2, v2) in zip(kv, own, strict=True):
+        assert torch.equal(k, k2) and torch.equal(v, v2)
+    blk = model.cfg.block_size
+    pos = (t + torch.arange(blk)).expand(b, blk)
+    emb = torch.randn(b, blk, model.cfg.hidden_size, generator=torch.Generator().manual_seed(3))
+    mask = torch.ones(b, blk, t + blk, dtype=torch.bool)
+    x = emb
+    for layer, lkv in zip(model.layers, kv, strict=True):
+        x = layer(x, pos, lkv, mask, blk)  # each layer its own table
+    assert torch.equal(model(emb, pos, kv, mask, blk), model.norm(x))

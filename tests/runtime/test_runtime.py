@@ -73,6 +73,39 @@ def test_tree_step_keeps_its_path_without_holes(tiny_target):
     torch.testing.assert_close(out.logits[0], logits[13:], atol=1e-5, rtol=0)
 
 
+def test_tree_path_that_is_a_prefix_of_the_nodes_stays_in_place(tiny_target):
+    """Two rows: one keeps nodes 0, 1, 3 (a prefix after reordering: the general move), the other nodes 0, 1
+    (already first: kept in place, no gather); both continue as fresh forwards of their paths."""
+    ids = [_prompt(16, seed=s) for s in (4, 5)]
+    state = tiny_target.new_state(2)
+    tiny_target.forward(state, torch.tensor([i[:10] for i in ids]))
+    tokens = torch.tensor([[i[10], i[11], 7, i[12]] for i in ids])  # node 1 under 0, 2 under 0, 3 under 1
+    depth = torch.tensor([[0, 1, 1, 2]] * 2)
+    parent = [None, 0, 0, 1]
+    anc = torch.zeros(2, 4, 4, dtype=torch.bool)
+    for i in range(4):
+        j = i
+        while j is not None:
+            anc[:, i, j] = True
+            j = parent[j]
+    tiny_target.forward_tree(state, tokens, depth, anc)
+    for keep in ([[True, True, False, False]] * 2, [[True, True, False, True], [True, True, False, False]]):
+        s = tiny_target.new_state(2)
+        tiny_target.forward(s, torch.tensor([i[:10] for i in ids]))
+        tiny_target.forward_tree(s, tokens, depth, anc)
+        kept = torch.tensor(keep)
+        tiny_target.keep_new(s, kept)
+        assert s.lengths.tolist() == (10 + kept.sum(1)).tolist()
+        for row, i in enumerate(ids):
+            n = int(s.lengths[row])
+            one = tiny_target.new_state(1)
+            tiny_target.forward(one, torch.tensor([i[:n]]))
+            for layer, ref in zip(s.cache.layers, one.cache.layers, strict=True):
+                live = s.valid[row]
+                torch.testing.assert_close(layer.keys[row][:, live], ref.keys[0], atol=1e-5, rtol=0)
+                torch.testing.assert_close(layer.values[row][:, live], ref.values[0], atol=1e-5, rtol=0)
+
+
 def test_batch_of_different_lengths_equals_single_runs(tiny_target):
     prompts = [_prompt(n, seed=n) for n in (5, 13, 9)]
     conts = [_prompt(4, seed=100 + i) for i in range(3)]

@@ -20,6 +20,7 @@ from lilicorr.models.conv import GroupedDynamicConv
 from lilicorr.models.layers import RMSNorm, apply_rope, rope_cos_sin
 
 KV = tuple[torch.Tensor, torch.Tensor]  # ([batch, kv_heads, n, hd], [batch, kv_heads, n, hd])
+Rope = tuple[torch.Tensor, torch.Tensor]  # cos, sin [batch, n, hd]
 
 
 class DraftAttention(nn.Module):
@@ -39,22 +40,29 @@ class DraftAttention(nn.Module):
         self.q_norm = RMSNorm(hd, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
 
-    def project_kv(self, x: torch.Tensor, pos: torch.Tensor) -> KV:
-        """Keys (normed, rotated) and values of rows ``x`` ``[batch, n, hidden]`` at ``pos``."""
+    def rope(self, pos: torch.Tensor, dtype: torch.dtype) -> Rope:
+        """cos, sin ``[batch, n, head_dim]`` at ``pos``: every layer has the same, so a pass computes them once."""
+        return rope_cos_sin(pos, self.hd, self.theta, dtype)
+
+    def project_kv(self, x: torch.Tensor, pos: torch.Tensor, rope: Rope | None = None) -> KV:
+        """Keys (normed, rotated) and values of rows ``x`` ``[batch, n, hidden]`` at ``pos`` (``rope``: its
+        tables, if the caller has them)."""
         b, n, _ = x.shape
         k = self.k_norm(self.k_proj(x).view(b, n, self.nkv, self.hd)).transpose(1, 2)
         v = self.v_proj(x).view(b, n, self.nkv, self.hd).transpose(1, 2)
-        cos, sin = rope_cos_sin(pos, self.hd, self.theta, x.dtype)
+        cos, sin = rope if rope is not None else self.rope(pos, x.dtype)
         return apply_rope(k, cos, sin), v
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, ctx_kv: KV, mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, pos: torch.Tensor, ctx_kv: KV, mask: torch.Tensor, rope: Rope | None = None
+    ) -> torch.Tensor:
         """Block rows ``x`` ``[batch, q, hidden]`` attend to ``[context | block]``; ``mask``
         ``[batch, q, ctx + q]`` bool (True = visible)."""
         b, q, _ = x.shape
         qs = self.q_norm(self.q_proj(x).view(b, q, self.nh, self.hd)).transpose(1, 2)
-        cos, sin = rope_cos_sin(pos, self.hd, self.theta, x.dtype)
-        qs = apply_rope(qs, cos, sin)
-        kb, vb = self.project_kv(x, pos)
+        rope = rope if rope is not None else self.rope(pos, x.dtype)
+        qs = apply_rope(qs, *rope)
+        kb, vb = self.project_kv(x, pos, rope)
         k = torch.cat([ctx_kv[0], kb], dim=2)
         v = torch.cat([ctx_kv[1], vb], dim=2)
         # grouped K/V as they are (query head h reads K/V head h // (nh / nkv), repeat_interleave's order): no copy
@@ -87,13 +95,15 @@ class DraftLayer(nn.Module):
         else:
             self.attention_conv = self.mlp_conv = None
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, ctx_kv: KV, mask: torch.Tensor, block: int) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, pos: torch.Tensor, ctx_kv: KV, mask: torch.Tensor, block: int, rope: Rope | None = None
+    ) -> torch.Tensor:
         u = self.input_layernorm(x)
         if self.attention_conv is None:
-            x = x + self.self_attn(u, pos, ctx_kv, mask)
+            x = x + self.self_attn(u, pos, ctx_kv, mask, rope)
         else:
             k = self.attention_conv.coefficients(u)
-            y = self.self_attn(self.attention_conv.apply(u, k, 0, block), pos, ctx_kv, mask)
+            y = self.self_attn(self.attention_conv.apply(u, k, 0, block), pos, ctx_kv, mask, rope)
             x = x + self.attention_conv.apply(y, k, 1, block)
         u = self.post_attention_layernorm(x)
         if self.mlp_conv is None:
@@ -120,7 +130,8 @@ class DFlashBackbone(nn.Module):
 
     def context_kv(self, ctx: torch.Tensor, pos: torch.Tensor) -> list[KV]:
         """Per-layer K/V of fused context rows (what an inference cache stores)."""
-        return [layer.self_attn.project_kv(ctx, pos) for layer in self.layers]
+        rope = self.layers[0].self_attn.rope(pos, ctx.dtype)  # one table for every layer
+        return [layer.self_attn.project_kv(ctx, pos, rope) for layer in self.layers]
 
     def forward(
         self,
@@ -134,8 +145,9 @@ class DFlashBackbone(nn.Module):
         their final-normed hidden states ``[batch, q, hidden]``."""
         block = block or block_emb.shape[1]
         x = block_emb
+        rope = self.layers[0].self_attn.rope(block_pos, x.dtype)  # one table for every layer
         for layer, kv in zip(self.layers, ctx_kv, strict=True):
-            x = layer(x, block_pos, kv, mask, block)
+            x = layer(x, block_pos, kv, mask, block, rope)
         return self.norm(x)
 
     def draft_block(

@@ -133,20 +133,22 @@ def kernel_agrees(dtype: torch.dtype) -> bool:
 
 
 def _forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    rows = x.numel() // max(x.shape[-1], 1)
-    if rows > self._int4_rows:  # a wide pass: the packed copy, which checks its own weight
+    # Every projection of every step passes here (210 calls a SmolLM2 step), so the checks read the parameters
+    # from their dict: ``self.weight`` goes through nn.Module's ``__getattr__`` after a failed lookup, ≈ 1 µs each.
+    if x.numel() > self._int4_numel:  # a wide pass: the packed copy, which checks its own weight
         return self._int4_fallback(x)
-    w = self.weight
-    stale = weight_versions(self) != self._int4_version or w.device.type != "cpu"
+    w, bias = self._parameters["weight"], self._parameters["bias"]
+    stale = (w.data_ptr(), w._version) != self._int4_weight_key or w.device.type != "cpu"
+    stale = stale or (bias is not None and weight_versions(self) != self._int4_version)
     wants_grad = torch.is_grad_enabled() and (w.requires_grad or x.requires_grad)
     if stale or wants_grad or x.dtype != self._int4_dtype or torch.is_autocast_enabled("cpu"):
         return self._int4_fallback(x)
-    siblings = getattr(self, "_int4_siblings", None)
+    siblings = self._int4_siblings
     if siblings is not None and siblings.pays and torch.get_num_threads() > 1:
         y = siblings.output(self._int4_slot, x)
     else:
         y = int4_matmul(x, self._int4_weight, self._int4_scales, self.out_features)
-    return y if self.bias is None else y + self.bias
+    return y if bias is None else y + bias
 
 
 class Siblings:
@@ -217,6 +219,7 @@ def use_int4_weights(model: nn.Module, folder: Path | None) -> int:
             continue
         module._int4_weight, module._int4_scales = pack_grid(*grid, module.weight.dtype)
         module._int4_dtype = module.weight.dtype
+        module._int4_siblings = None  # until its set is complete
         if module in sets:
             got = waiting.setdefault(sets[module], {})
             got[module] = grid
@@ -226,7 +229,9 @@ def use_int4_weights(model: nn.Module, folder: Path | None) -> int:
                     m._int4_siblings, m._int4_slot = shared, slot  # each keeps its own product for other cases
                 del waiting[sets[module]]
         module._int4_version = weight_versions(module)
+        module._int4_weight_key = (module.weight.data_ptr(), module.weight._version)
         module._int4_rows = rows
+        module._int4_numel = rows * module.in_features  # inputs of more rows than the cut-over take the fallback
         module._int4_fallback = module.forward  # packed or nn.Linear's own
         module.forward = types.MethodType(_forward, module)
         done += 1

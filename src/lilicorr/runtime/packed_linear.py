@@ -88,11 +88,14 @@ def weight_versions(module: nn.Linear) -> tuple[int, int, int, int]:
 
 
 def _forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    w = self.weight
-    stale = weight_versions(self) != self._packed_version or w.device.type != "cpu"
+    # The parameters are read from their dict: ``self.weight`` goes through nn.Module's ``__getattr__`` after a
+    # failed lookup (≈ 1 µs), and a step calls some hundreds of these layers.
+    w, bias = self._parameters["weight"], self._parameters["bias"]
+    stale = (w.data_ptr(), w._version) != self._packed_key or w.device.type != "cpu"
+    stale = stale or (bias is not None and weight_versions(self) != self._packed_version)
     wants_grad = torch.is_grad_enabled() and (w.requires_grad or x.requires_grad)
     if stale or wants_grad or x.dtype != w.dtype or torch.is_autocast_enabled("cpu"):
-        return F.linear(x, w, self.bias)
+        return F.linear(x, w, bias)
     return packed_matmul(x, self._packed_weight, self._packed_bias, self.out_features)
 
 
@@ -112,6 +115,7 @@ def pack_linears(model: nn.Module) -> int:
         module._packed_weight = pack_weight(w)
         module._packed_bias = None if module.bias is None else module.bias.detach()
         module._packed_version = weight_versions(module)
+        module._packed_key = (w.data_ptr(), w._version)
         module.forward = types.MethodType(_forward, module)
         packed += 1
     return packed
