@@ -114,6 +114,8 @@ class SpecEngine:
         seqs: list[SeqState] = []
         for group in prefill_groups([len(r.prompt_ids) for r in requests]):
             seqs += self._prefill([requests[i] for i in group])
+        if self.gate is not None and requests:
+            self.gate.new_text()  # another prompt: another drafter's chances, probed at once
         return seqs
 
     def _prefill(self, requests: list[Request]) -> list[SeqState]:
@@ -192,9 +194,11 @@ class SpecEngine:
         plan = self.policy.plan([s.recent for s in self.seqs]) if self.policy is not None and n else None
         gate_says = plan is None and (self.gate is None or self.gate.should_draft())
         drafting = bool(n) and (plan.width > 0 if plan is not None else gate_says)
+        deferred_s = time.perf_counter()
         if drafting and drafted:
             with self.timer.stage("draft_backbone"):
                 self._set_anchors(self.drafter.fuse_deferred())
+        deferred_s = time.perf_counter() - deferred_s  # the paused steps' work, done now (DraftGate.record)
         rows = None if plan is None or len(plan.rows) == len(self.seqs) else plan.rows  # None: every row
         proposal = self._propose(pending, start, temps, rows) if drafting else None
         conf, width = None, None
@@ -250,7 +254,8 @@ class SpecEngine:
                 self.stats.num_paused_steps += not drafting
                 tokens = sum(len(v.tokens) for v in verdicts)
                 seconds = time.perf_counter() - t_draft
-                self.gate.record(drafting, seconds, tokens, chose_none=drafting and width == 0, batch=len(verdicts))
+                chose_none = drafting and width == 0
+                self.gate.record(drafting, seconds, tokens, chose_none, len(verdicts), deferred_s)
             self._drop_finished()
         return emitted
 
