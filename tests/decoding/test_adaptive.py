@@ -242,6 +242,17 @@ def test_a_new_request_ends_the_pause():
     assert gate.should_draft()
 
 
+def test_a_prompt_on_an_idle_engine_ends_the_pause_a_join_does_not(tiny_target):
+    engine = build_engine(tiny_target, SpecConfig(method="dflash", draft_gate=True), random_draft(tiny_target))
+    first, second = _requests(_prompts(2))
+    engine.gate.skip = engine.gate.backoff = 5
+    engine.add([first])  # one request after another (generate, bench): probed at once
+    assert engine.gate.skip == 0
+    engine.gate.skip = engine.gate.backoff = 5
+    engine.add([second])  # joins a running batch: the pause stands
+    assert engine.gate.skip == 5
+
+
 def test_deferred_fusing_is_charged_to_the_plain_steps():
     """The taps of paused steps are fused by the next drafting step: its seconds count against the plain steps
     that deferred them, not against the probe."""

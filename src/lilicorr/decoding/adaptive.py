@@ -224,9 +224,9 @@ class DraftGate:
     plain: dict[int, list[float]] = field(default_factory=dict)
 
     def new_text(self) -> None:
-        """A request joined: end the pause, so its text is probed at once. How well a drafter does changes from
-        prompt to prompt far more than within one (code against prose), and a pause set by the last prompt's
-        probes kept whole prompts from drafting at all."""
+        """New prompts on an idle engine: end the pause, so their text is probed at once. How well a drafter does
+        changes from prompt to prompt far more than within one (code against prose), and a pause set by the last
+        prompt's probes kept whole prompts from drafting at all."""
         self.skip = self.backoff = 0
 
     def should_draft(self) -> bool:

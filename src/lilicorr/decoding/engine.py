@@ -111,11 +111,15 @@ class SpecEngine:
         The first token each emits is the target's own sample after the prompt. Prompts of very different
         lengths are prefilled in separate forwards (``prefill_groups``), so a long one does not pad the rest.
         """
+        idle = not self.seqs
         seqs: list[SeqState] = []
         for group in prefill_groups([len(r.prompt_ids) for r in requests]):
             seqs += self._prefill([requests[i] for i in group])
-        if self.gate is not None and requests:
-            self.gate.new_text()  # another prompt: another drafter's chances, probed at once
+        if self.gate is not None and requests and idle:
+            # new prompts on an idle engine (one request after another, as generate and bench run): the drafter's
+            # chances on them are probed at once. Joining a running batch ends no pause: under load a probe is a
+            # wide verify pass, and requests join often.
+            self.gate.new_text()
         return seqs
 
     def _prefill(self, requests: list[Request]) -> list[SeqState]:
