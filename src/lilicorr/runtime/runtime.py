@@ -19,9 +19,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from lilicorr.runtime import cache_edits
 from lilicorr.runtime.arch import attention_layout, drafter_support, layer_masks, live_positions
 from lilicorr.runtime.attention import use_grouped_sdpa
-from lilicorr.runtime.cache import CacheState, compaction_index, gather_columns, is_leave_order, should_compact
+from lilicorr.runtime.cache import CacheState
 from lilicorr.runtime.folder import TargetError, check_folder, eos_ids
 from lilicorr.runtime.int4_linear import use_int4_weights
 from lilicorr.runtime.packed_linear import pack_linears
@@ -232,33 +233,8 @@ class TargetRuntime:
         return out
 
     def keep_new(self, state: CacheState, keep: torch.Tensor) -> None:
-        """Of the last ``keep.shape[1]`` columns keep only those marked (an accepted tree path).
-
-        The kept columns are first moved to the front of that tail, in order (O(n) per layer; the cached keys
-        carry their rotary positions, so a column can move), and the tail's end is cropped: at batch 1 the
-        cache then has no holes, and attention keeps its unmasked path — a hole left by a tree step made every
-        later step of the request ≈ 7 % slower (fp32, 2-core AMD EPYC), plain steps of a paused draft gate
-        included."""
-        n = keep.shape[1]
-        # Kept columns already first in every row (the accepted path is a prefix of the tree's node order: no draft
-        # accepted, or a best-first main line): nothing moves, and the 2 · layers gathers are skipped.
-        if bool((keep[:, 1:] & ~keep[:, :-1]).any()):  # a kept column after a dropped one: move them forward
-            order = torch.sort((~keep).long(), dim=1, stable=True).indices  # [batch, n]: kept columns first, in order
-            tail = order.to(self.device)
-            for layer in state.cache.layers:
-                for name in ("keys", "values"):
-                    x = getattr(layer, name)  # [batch, kv_heads, cols, d]
-                    x[:, :, -n:] = gather_columns(x[:, :, -n:], tail)
-            keep = torch.gather(keep, 1, order)
-        state.lengths = state.lengths - n + keep.sum(1)
-        state.valid = torch.cat([state.valid[:, :-n], keep], dim=1)
-        any_live = state.valid.any(0)
-        last = int(any_live.nonzero().max()) + 1 if any_live.any() else 0
-        if last < state.valid.shape[1]:
-            state.cache.crop(last - state.valid.shape[1])
-            state.valid = state.valid[:, :last]
-        if should_compact(state.valid, int(state.lengths.max())):
-            self.compact(state)
+        """Of the last ``keep.shape[1]`` columns keep only those marked (an accepted tree path; ``cache_edits``)."""
+        cache_edits.keep_path(state, keep, self.device)
 
     @torch.no_grad()
     def forward(
@@ -298,67 +274,22 @@ class TargetRuntime:
         state.lengths = state.lengths + new_mask.sum(1)
         return self._out(out, want_taps)
 
+    # Edits after a step (runtime/cache_edits.py): the cache's columns and the rows' live flags move together.
     def truncate(self, state: CacheState, keep: torch.Tensor) -> None:
         """Keep only the first ``keep[b]`` live tokens of each row (drop rejected drafts)."""
-        if (keep > state.lengths).any():
-            raise TargetError(f"truncate: keep {keep.tolist()} exceeds lengths {state.lengths.tolist()}")
-        live_rank = state.valid.long().cumsum(1)  # [batch, columns]: 1-based rank of each live column
-        state.valid = state.valid & (live_rank <= keep[:, None])
-        state.lengths = keep.clone()
-        # Drop trailing columns that are holes in every row: plain crop, no copy.
-        any_live = state.valid.any(0)
-        last = int(any_live.nonzero().max()) + 1 if any_live.any() else 0
-        if last < state.valid.shape[1]:
-            state.cache.crop(last - state.valid.shape[1])  # negative: number of columns to drop
-            state.valid = state.valid[:, :last]
-        if should_compact(state.valid, int(state.lengths.max())):
-            self.compact(state)
+        cache_edits.truncate(state, keep, self.device)
 
     def compact(self, state: CacheState) -> None:
         """Squeeze holes out: live tokens of each row packed to the right, in order."""
-        src = compaction_index(state.valid, int(state.lengths.max()))  # [batch, cols]
-        on_device = src.to(self.device)
-        for layer in state.cache.layers:
-            for name in ("keys", "values"):
-                setattr(layer, name, gather_columns(getattr(layer, name), on_device))  # [batch, kv_heads, cols, d]
-        state.valid = torch.gather(state.valid, 1, src)
+        cache_edits.compact(state, self.device)
 
     def select_rows(self, state: CacheState, rows: torch.Tensor) -> None:
-        """Keep only the given batch rows (a finished request leaves the batch). A ``leave_order`` selection
-        (``runtime/cache.py``) moves only the rows that change slot, in place; any other copies every row."""
-        order = rows.tolist()
-        in_place = is_leave_order(order)
-        for layer in state.cache.layers:
-            if in_place and hasattr(layer, "keep_rows"):  # a GrowingLayer (runtime/kv_layer.py)
-                layer.keep_rows(order)
-            else:
-                layer.reorder_cache(rows.to(self.device))
-        state.valid = state.valid[rows]
-        state.lengths = state.lengths[rows]
+        """Keep only the given batch rows (a finished request leaves the batch)."""
+        cache_edits.select_rows(state, rows, self.device)
 
     def concat_states(self, a: CacheState, b: CacheState) -> CacheState:
         """Stack two batches (requests joining a running batch); the shorter is left-padded with holes."""
-        ta, tb = a.valid.shape[1], b.valid.shape[1]
-        t = max(ta, tb)
-
-        def pad(x: torch.Tensor, cols: int) -> torch.Tensor:
-            if cols == t:
-                return x
-            return torch.cat([x.new_zeros(*x.shape[:2], t - cols, x.shape[3]), x], 2)
-
-        state = self.new_state(a.batch_size + b.batch_size)
-        for i, (la, lb) in enumerate(zip(a.cache.layers, b.cache.layers, strict=True)):
-            k = torch.cat([pad(la.keys, ta), pad(lb.keys, tb)])
-            v = torch.cat([pad(la.values, ta), pad(lb.values, tb)])
-            state.cache.update(k, v, i)
-        state.valid = torch.cat(
-            [
-                torch.cat([torch.zeros(a.batch_size, t - ta, dtype=torch.bool), a.valid], 1),
-                torch.cat([torch.zeros(b.batch_size, t - tb, dtype=torch.bool), b.valid], 1),
-            ]
-        )
-        state.lengths = torch.cat([a.lengths, b.lengths])
-        return state
+        return cache_edits.concat_states(a, b, self.new_state(a.batch_size + b.batch_size))
 
 
 def _to(mask, device):
