@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lilicorr.runtime.packed_linear import weight_versions
+from lilicorr.runtime.packed_linear import weight_key, weight_versions
 from lilicorr.runtime.switches import switch_on
 from lilicorr.runtime.threads import sleeping_openmp
 
@@ -138,7 +138,7 @@ def _forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     if x.numel() > self._int4_numel:  # a wide pass: the packed copy, which checks its own weight
         return self._int4_fallback(x)
     w, bias = self._parameters["weight"], self._parameters["bias"]
-    stale = (w.data_ptr(), w._version) != self._int4_weight_key or w.device.type != "cpu"
+    stale = weight_key(w) != self._int4_weight_key or w.device.type != "cpu"
     stale = stale or (bias is not None and weight_versions(self) != self._int4_version)
     wants_grad = torch.is_grad_enabled() and (w.requires_grad or x.requires_grad)
     if stale or wants_grad or x.dtype != self._int4_dtype or torch.is_autocast_enabled("cpu"):
@@ -229,7 +229,7 @@ def use_int4_weights(model: nn.Module, folder: Path | None) -> int:
                     m._int4_siblings, m._int4_slot = shared, slot  # each keeps its own product for other cases
                 del waiting[sets[module]]
         module._int4_version = weight_versions(module)
-        module._int4_weight_key = (module.weight.data_ptr(), module.weight._version)
+        module._int4_weight_key = weight_key(module.weight)
         module._int4_rows = rows
         module._int4_numel = rows * module.in_features  # inputs of more rows than the cut-over take the fallback
         module._int4_fallback = module.forward  # packed or nn.Linear's own

@@ -80,18 +80,23 @@ def enabled() -> bool:
     return switch_on(ENV)
 
 
+def weight_key(w: torch.Tensor) -> tuple[int, int]:
+    """What identifies a tensor a packed copy was made from: its storage (a parameter replaced) and its version
+    counter (one changed in place)."""
+    return w.data_ptr(), w._version
+
+
 def weight_versions(module: nn.Linear) -> tuple[int, int, int, int]:
-    """What identifies the tensors a packed copy was made from: their storage (a parameter replaced) and their
-    version counters (one changed in place)."""
-    w, bias = module.weight, module.bias
-    return w.data_ptr(), w._version, -1 if bias is None else bias.data_ptr(), -1 if bias is None else bias._version
+    """``weight_key`` of the weight and of the bias (-1, -1 without one)."""
+    bias = module.bias
+    return *weight_key(module.weight), *((-1, -1) if bias is None else weight_key(bias))
 
 
 def _forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     # The parameters are read from their dict: ``self.weight`` goes through nn.Module's ``__getattr__`` after a
     # failed lookup (≈ 1 µs), and a step calls some hundreds of these layers.
     w, bias = self._parameters["weight"], self._parameters["bias"]
-    stale = (w.data_ptr(), w._version) != self._packed_key or w.device.type != "cpu"
+    stale = weight_key(w) != self._packed_key or w.device.type != "cpu"
     stale = stale or (bias is not None and weight_versions(self) != self._packed_version)
     wants_grad = torch.is_grad_enabled() and (w.requires_grad or x.requires_grad)
     if stale or wants_grad or x.dtype != w.dtype or torch.is_autocast_enabled("cpu"):
@@ -115,7 +120,7 @@ def pack_linears(model: nn.Module) -> int:
         module._packed_weight = pack_weight(w)
         module._packed_bias = None if module.bias is None else module.bias.detach()
         module._packed_version = weight_versions(module)
-        module._packed_key = (w.data_ptr(), w._version)
+        module._packed_key = weight_key(w)
         module.forward = types.MethodType(_forward, module)
         packed += 1
     return packed
