@@ -37,6 +37,24 @@ def test_levels_interleave_arms_in_alternating_order(tmp_path, capsys):
     assert (tmp_path / "serve.json").exists()
 
 
+def test_every_arm_starts_as_lilicorr_serve(tmp_path):
+    """The fixed arms once started from a module of their own, which skipped ``lilicorr serve``'s choices before
+    torch loads (OpenMP's wait, the kernel caches): they inherited the bench's spin and served at 0.74× plain where the
+    same server started as ``lilicorr serve`` served at 1.05×. Every arm is now the same command; a fixed arm only adds
+    ``--no-load-policy``, which the command turns into a server without the load policy."""
+    from lilicorr.bench.serve import OurServer
+    from lilicorr.cli.main import build_parser
+
+    cfg = ServeBenchConfig(str(TARGET), [])
+    spec = {"model": str(DRAFT)}
+    for arm in (ServeArm("plain"), ServeArm("drafter", spec), ServeArm("drafter+fixed", spec, load_policy=False)):
+        cmd = OurServer(cfg, arm, tmp_path / "log").cmd
+        assert cmd[1:5] == ["-m", "lilicorr.cli.main", "serve", str(TARGET)], cmd
+        assert ("--no-load-policy" in cmd) == (not arm.load_policy)
+        args = build_parser().parse_args(cmd[3:])
+        assert args.load_policy is arm.load_policy
+
+
 def test_servers_do_not_inherit_the_bench_s_own_openmp_spin(monkeypatch):
     """``lilicorr bench`` may spin OpenMP for itself (cli/openmp.py); a server it starts (a child ``lilicorr serve``
     with the bench's environment) must run as ``lilicorr serve`` does by default. A spin the user set is kept."""

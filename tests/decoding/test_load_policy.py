@@ -2,6 +2,8 @@
 losslessness while it really varies the width and the drafting rows (greedy identity under batching, the exact
 sampling distribution)."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -532,3 +534,47 @@ def test_a_row_left_out_of_a_drafting_step_fades_below_a_loaded_batch_and_not_fr
         rows = [RowAcceptance(accepted=0.0, expected=4.0) for _ in range(size)]
         policy.record(StepPlan(size, 3, [0], 1.0, 1.0), rows, [[0, 1]], 0.02, verify_seconds=0.016)
         assert (rows[1].expected < 4.0) is fades and rows[1].accepted == 0.0
+
+
+def test_the_plain_steps_deferred_fusing_is_charged_to_them_not_to_the_next_drafting_step():
+    """A plain step leaves its taps for the next drafting step to fuse. Charged to that step, 10 paused steps' fusing
+    (here 6 ms) made drafting look 6 ms dearer than it is; it is the plain steps' cost, per tap."""
+    policy = LoadPolicy(7, CPU)
+    rows = [RowAcceptance() for _ in range(2)]
+    for _ in range(10):  # plain steps at batch 2: 20 taps wait; nothing known of their fusing yet
+        policy.record(StepPlan(2, 0, [], 1.0, 1.0), rows, [], 0.017, verify_seconds=0.016)
+    assert policy.extra_plain(2) == pytest.approx(0.001)
+    # the drafting step: 4 ms of its own beyond the verify, 6 ms fusing the 20 deferred taps
+    policy.record(
+        StepPlan(2, 7, [0, 1], 1.0, 1.0), rows, [[0, 1]] * 2, 0.030, 0.020, deferred_seconds=0.006, deferred_taps=20
+    )
+    assert policy.extra_draft(2) == pytest.approx(0.004)
+    assert policy.deferred_per_tap == pytest.approx(0.0003)
+    for _ in range(9):  # later plain steps carry their share: 2 rows × 0.3 ms on top of their 1 ms
+        policy.record(StepPlan(2, 0, [], 1.0, 1.0), rows, [], 0.017, verify_seconds=0.016)
+    assert policy.extra_plain(2) == pytest.approx(0.0016)
+    # a drafting step after no plain step fused nothing and leaves the per-tap cost alone
+    policy.record(StepPlan(2, 7, [0, 1], 1.0, 1.0), rows, [[0, 1]] * 2, 0.024, 0.020)
+    assert policy.deferred_per_tap == pytest.approx(0.0003)
+
+
+def test_the_engine_hands_the_policy_its_deferred_fusing(tiny_target):
+    """The engine measures the fusing of the paused steps' taps and counts them (rows × paused steps)."""
+    draft = random_draft(tiny_target)
+    engine = build_engine(tiny_target, SpecConfig(method="dflash", num_speculative_tokens=3), draft)
+    policy = engine.use_load_policy(batches=(1,))
+    assert policy is not None
+    seen: list[tuple[int, int, float]] = []
+    record = policy.record
+
+    def spy(plan, rows, paths, seconds, verify_seconds=None, deferred_seconds=0.0, deferred_taps=0):
+        seen.append((plan.width, deferred_taps, deferred_seconds))
+        record(plan, rows, paths, seconds, verify_seconds, deferred_seconds, deferred_taps)
+
+    policy.record = spy
+    plans = itertools.cycle([0, 0, 0, 3])
+    policy.plan = lambda rows: StepPlan(len(rows), (w := next(plans)), list(range(len(rows))) if w else [], 1.0, 1.0)
+    engine.generate(_requests(_prompts(2), eos=frozenset(), ignore_eos=True))
+    drafting = [(taps, s) for w, taps, s in seen if w]
+    assert drafting and drafting[0][0] == 2 * 3 and drafting[0][1] > 0  # 2 rows × 3 paused steps
+    assert all(taps == 0 for w, taps, _ in seen if not w)

@@ -20,7 +20,14 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         spec = read_speculative_config(args.speculative_config)
         app, _loop = build(
-            args.target, spec, args.served_model_name, args.max_num_seqs, args.max_model_len, args.dtype, args.device
+            args.target,
+            spec,
+            args.served_model_name,
+            args.max_num_seqs,
+            args.max_model_len,
+            args.dtype,
+            args.device,
+            load_policy=args.load_policy,
         )
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -54,5 +61,12 @@ def register(sub) -> None:
     s.add_argument("--max-num-seqs", type=int, default=8)
     s.add_argument("--max-model-len", type=int, default=None)
     s.add_argument("--log-level", default="warning")
+    s.add_argument(
+        "--load-policy",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="plan every step's drafts from measured costs and load (decoding/policy.py; the default); "
+        "--no-load-policy runs the speculative config exactly as given (what `bench serve --fixed` compares)",
+    )
     add_runtime_args(s)
     s.set_defaults(func=_serve)

@@ -198,8 +198,9 @@ class SpecEngine:
         plan = self.policy.plan([s.recent for s in self.seqs]) if self.policy is not None and n else None
         gate_says = plan is None and (self.gate is None or self.gate.should_draft())
         drafting = bool(n) and (plan.width > 0 if plan is not None else gate_says)
-        deferred_s = time.perf_counter()
+        deferred_s, deferred_taps = time.perf_counter(), 0
         if drafting and drafted:
+            deferred_taps = len(self.drafter.deferred) * len(self.seqs)
             with self.timer.stage("draft_backbone"):
                 self._set_anchors(self.drafter.fuse_deferred())
         deferred_s = time.perf_counter() - deferred_s  # the paused steps' work, done now (DraftGate.record)
@@ -253,7 +254,9 @@ class SpecEngine:
                 self.stats.num_paused_steps += not drafting
                 paths = [verdicts[i].path for i in sorted(drafted_rows)]
                 seconds = time.perf_counter() - t_draft
-                self.policy.record(plan, [s.recent for s in self.seqs], paths, seconds, t_verify)
+                self.policy.record(
+                    plan, [s.recent for s in self.seqs], paths, seconds, t_verify, deferred_s, deferred_taps
+                )
             if self.gate is not None:
                 self.stats.num_paused_steps += not drafting
                 tokens = sum(len(v.tokens) for v in verdicts)

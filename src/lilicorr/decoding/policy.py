@@ -141,6 +141,10 @@ class LoadPolicy:
     realised: Realised = field(default_factory=Realised)
     regimes: Regimes = field(default_factory=Regimes)
     last: StepPlan | None = None
+    # The drafter's context catches up on a plain step's taps in the next drafting step (``DraftSide.fuse_deferred``):
+    # that time is the plain steps' work, so it is moved from the drafting step's overhead to the plain steps' (as
+    # ``DraftGate`` does at batch 1). Counted in taps: a plain step of b rows defers b of them.
+    deferred_per_tap: float = 0.0  # seconds of deferred fusing per tap (running mean)
 
     def __post_init__(self) -> None:
         self.calib = AdaptiveWidth(self.n, self.cost, tree=self.tree)
@@ -203,14 +207,22 @@ class LoadPolicy:
         paths: list[list[int]],
         seconds: float,
         verify_seconds: float | None = None,
+        deferred_seconds: float = 0.0,
+        deferred_taps: int = 0,
     ) -> None:
         """After the step: ``paths`` the drafting rows' accepted verify positions (in ``plan.rows`` order),
-        ``seconds`` the step's wall time, ``verify_seconds`` its verify pass's (None: as predicted). The
+        ``seconds`` the step's wall time, ``verify_seconds`` its verify pass's (None: as predicted),
+        ``deferred_seconds`` what a drafting step spent fusing ``deferred_taps`` taps of the plain steps before it. The
         verify's own time goes to ``verify_scale`` and only the rest to the overheads, so a cost curve that is
-        off at this size is not charged to the drafter."""
+        off at this size is not charged to the drafter; nor is the plain steps' deferred fusing."""
         b, w = plan.batch, plan.width
         for clock in (self.extra_draft, self.extra_plain, self.verify_scale, self.realised, self.regimes):
             clock.tick()
+        if w and deferred_taps:
+            per_tap, old = deferred_seconds / deferred_taps, self.deferred_per_tap
+            self.deferred_per_tap = 0.7 * old + 0.3 * per_tap if old else per_tap
+        # the step's own cost: a drafting step without the plain steps' fusing, a plain step with its share of it
+        seconds = seconds - deferred_seconds if w else seconds + b * self.deferred_per_tap
         predicted = plan.value if w else plan.plain_value
         tokens = b + sum(len(p) - 1 for p in paths)
         self.realised.record(b, w > 0, tokens, predicted, seconds)
