@@ -259,7 +259,7 @@ def test_deferred_fusing_is_charged_to_the_plain_steps():
     gate = DraftGate(smoothing=1.0)  # means of the newest step only: exact figures
     for _ in range(4):
         gate.record(False, seconds=0.5, tokens=1)
-    gate.record(True, seconds=1.4, tokens=2, deferred_s=0.4)
+    gate.record(True, seconds=1.4, tokens=2, deferred_s=0.4, deferred_taps=4)  # 4 paused steps of one row
     assert gate.rate(True) == pytest.approx(2.0)  # 2 tokens in the 1.0 s of its own work
     assert gate.skip == 0  # break-even is 2 tokens: it keeps drafting
     gate.record(False, seconds=0.5, tokens=1)

@@ -549,13 +549,13 @@ def test_the_plain_steps_deferred_fusing_is_charged_to_them_not_to_the_next_draf
         StepPlan(2, 7, [0, 1], 1.0, 1.0), rows, [[0, 1]] * 2, 0.030, 0.020, deferred_seconds=0.006, deferred_taps=20
     )
     assert policy.extra_draft(2) == pytest.approx(0.004)
-    assert policy.deferred_per_tap == pytest.approx(0.0003)
+    assert policy.deferred.per_tap == pytest.approx(0.0003)
     for _ in range(9):  # later plain steps carry their share: 2 rows × 0.3 ms on top of their 1 ms
         policy.record(StepPlan(2, 0, [], 1.0, 1.0), rows, [], 0.017, verify_seconds=0.016)
     assert policy.extra_plain(2) == pytest.approx(0.0016)
     # a drafting step after no plain step fused nothing and leaves the per-tap cost alone
     policy.record(StepPlan(2, 7, [0, 1], 1.0, 1.0), rows, [[0, 1]] * 2, 0.024, 0.020)
-    assert policy.deferred_per_tap == pytest.approx(0.0003)
+    assert policy.deferred.per_tap == pytest.approx(0.0003)
 
 
 def test_the_engine_hands_the_policy_its_deferred_fusing(tiny_target):

@@ -182,6 +182,27 @@ class AdaptiveWidth:
 
 
 @dataclass
+class DeferredFusing:
+    """What the drafter's catch-up on plain steps' taps costs, per tap (a running mean): the gate and the load policy
+    both move that time from the drafting step that runs it to the plain steps that left the taps waiting
+    (``DraftSide.fuse_deferred``). Per tap, since a plain step of b rows defers b of them and one batched fusion of
+    many costs less per tap than of few — the mean is what the pauses actually taken cost."""
+
+    smoothing: float = 0.3  # weight of the newest fusion
+    per_tap: float = 0.0
+
+    def record(self, seconds: float, taps: int) -> None:
+        """A drafting step fused ``taps`` waiting taps in ``seconds`` (none waiting: nothing learnt)."""
+        if taps:
+            new, a = seconds / taps, self.smoothing
+            self.per_tap = (1 - a) * self.per_tap + a * new if self.per_tap else new
+
+    def share(self, rows: int) -> float:
+        """Seconds of later fusing a plain step of ``rows`` rows leaves behind."""
+        return rows * self.per_tap
+
+
+@dataclass
 class DraftGate:
     """Whether the next step runs the drafter at all, from the throughput the engine actually gets.
 
@@ -216,12 +237,14 @@ class DraftGate:
     skip: int = 0  # plain steps left before the drafter runs again
     backoff: int = 0  # length of the latest pause
     since_plain: int = 0  # drafting steps since the last plain one
-    since_draft: int = 0  # plain steps since the last drafting one (their taps wait for the next)
-    deferred_per_step: float = 0.0  # seconds of deferred fusing per paused step (running mean)
+    deferred: DeferredFusing = field(init=False)  # the catch-up on paused steps' taps, charged to them
     # running means [tokens, seconds] of drafting / plain steps, per batch-size bucket (1, 2–3, 4–7, …): a
     # server's batch changes as requests come and go, and a rate is only comparable at the same size
     drafted: dict[int, list[float]] = field(default_factory=dict)
     plain: dict[int, list[float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.deferred = DeferredFusing(self.smoothing)
 
     def new_text(self) -> None:
         """New prompts on an idle engine: end the pause, so their text is probed at once. How well a drafter does
@@ -261,20 +284,18 @@ class DraftGate:
         chose_none: bool = False,
         batch: int = 1,
         deferred_s: float = 0.0,
+        deferred_taps: int = 0,
     ) -> None:
         """One finished step: did the drafter run, its wall time, tokens emitted over the batch, whether
         the width rule chose no drafts after all, the batch size, and (a drafting step) the seconds it spent
-        fusing the taps of the plain steps before it."""
+        fusing the ``deferred_taps`` taps of the plain steps before it."""
         if not drafted:
-            self._mean(self.plain, batch, tokens, seconds + self.deferred_per_step)
-            self.since_plain, self.since_draft = 0, self.since_draft + 1
+            self._mean(self.plain, batch, tokens, seconds + self.deferred.share(batch))
+            self.since_plain = 0
             return
-        if self.since_draft:
-            per_step, a = deferred_s / self.since_draft, self.smoothing
-            old = self.deferred_per_step
-            self.deferred_per_step = (1 - a) * old + a * per_step if old else per_step
+        self.deferred.record(deferred_s, deferred_taps)
         self._mean(self.drafted, batch, tokens, seconds - deferred_s)
-        self.since_plain, self.since_draft = self.since_plain + 1, 0
+        self.since_plain += 1
         plain, spec = self.plain.get(self._bucket(batch)), self.drafted[self._bucket(batch)]
         if chose_none:
             self.backoff = min(2 * self.backoff or 1, self.unsure_pause)

@@ -79,6 +79,11 @@ class DraftSide:
         self.deferred.append(taps[:, :1])
         return self.fuse_deferred() if len(self.deferred) >= DEFER_LIMIT else None
 
+    @property
+    def waiting_taps(self) -> int:
+        """Taps of plain steps not yet fused (rows × paused steps)."""
+        return len(self.deferred) * (len(self.deferred_start) if self.deferred_start is not None else 0)
+
     def fuse_deferred(self) -> torch.Tensor | None:
         """Fuse the deferred taps in one pass (positions ``start … start + m − 1`` per row: every row
         committed one token a step); returns the new anchors ``[batch, Hm]``, None when nothing waited."""

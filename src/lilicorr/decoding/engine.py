@@ -200,7 +200,7 @@ class SpecEngine:
         drafting = bool(n) and (plan.width > 0 if plan is not None else gate_says)
         deferred_s, deferred_taps = time.perf_counter(), 0
         if drafting and drafted:
-            deferred_taps = len(self.drafter.deferred) * len(self.seqs)
+            deferred_taps = self.drafter.waiting_taps
             with self.timer.stage("draft_backbone"):
                 self._set_anchors(self.drafter.fuse_deferred())
         deferred_s = time.perf_counter() - deferred_s  # the paused steps' work, done now (DraftGate.record)
@@ -262,7 +262,7 @@ class SpecEngine:
                 tokens = sum(len(v.tokens) for v in verdicts)
                 seconds = time.perf_counter() - t_draft
                 chose_none = drafting and width == 0
-                self.gate.record(drafting, seconds, tokens, chose_none, len(verdicts), deferred_s)
+                self.gate.record(drafting, seconds, tokens, chose_none, len(verdicts), deferred_s, deferred_taps)
             self._drop_finished()
         return emitted
 

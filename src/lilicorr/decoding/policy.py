@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lilicorr.decoding.adaptive import AdaptiveWidth, CostModel
+from lilicorr.decoding.adaptive import AdaptiveWidth, CostModel, DeferredFusing
 from lilicorr.decoding.policy_estimates import LOADED_BATCH, Overheads, Realised, Regimes, VerifyScale, size_bucket
 from lilicorr.decoding.proposal import Proposal
 from lilicorr.decoding.verify import Verdict, Verifier
@@ -141,10 +141,8 @@ class LoadPolicy:
     realised: Realised = field(default_factory=Realised)
     regimes: Regimes = field(default_factory=Regimes)
     last: StepPlan | None = None
-    # The drafter's context catches up on a plain step's taps in the next drafting step (``DraftSide.fuse_deferred``):
-    # that time is the plain steps' work, so it is moved from the drafting step's overhead to the plain steps' (as
-    # ``DraftGate`` does at batch 1). Counted in taps: a plain step of b rows defers b of them.
-    deferred_per_tap: float = 0.0  # seconds of deferred fusing per tap (running mean)
+    # the drafter's catch-up on plain steps' taps, moved from the drafting step that runs it to the plain steps
+    deferred: DeferredFusing = field(default_factory=DeferredFusing)
 
     def __post_init__(self) -> None:
         self.calib = AdaptiveWidth(self.n, self.cost, tree=self.tree)
@@ -218,11 +216,10 @@ class LoadPolicy:
         b, w = plan.batch, plan.width
         for clock in (self.extra_draft, self.extra_plain, self.verify_scale, self.realised, self.regimes):
             clock.tick()
-        if w and deferred_taps:
-            per_tap, old = deferred_seconds / deferred_taps, self.deferred_per_tap
-            self.deferred_per_tap = 0.7 * old + 0.3 * per_tap if old else per_tap
+        if w:
+            self.deferred.record(deferred_seconds, deferred_taps)
         # the step's own cost: a drafting step without the plain steps' fusing, a plain step with its share of it
-        seconds = seconds - deferred_seconds if w else seconds + b * self.deferred_per_tap
+        seconds = seconds - deferred_seconds if w else seconds + self.deferred.share(b)
         predicted = plan.value if w else plan.plain_value
         tokens = b + sum(len(p) - 1 for p in paths)
         self.realised.record(b, w > 0, tokens, predicted, seconds)
