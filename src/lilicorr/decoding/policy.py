@@ -34,7 +34,10 @@ acceptance, since every cost depends on k alone — the plan maximises the predi
   tokens/s against its own prediction
   (``Realised``), and drafting's delivered tokens per row-second against plain steps' in the same batch-size
   bucket (``Regimes``): a measured loss bans drafting there for ``horizon`` steps, doubled at each repeat, so
-  re-trying a losing action at high load costs a vanishing share of a long run.
+  re-trying a losing action at high load costs a vanishing share of a long run;
+- below a loaded batch the same ban applies per request class (greedy, sampled), judged on the drafting steps that
+  class's rows drafted in: where a wide verify costs several plain steps even at batch 1 (a 4-bit target's plain
+  steps), the fading priors would otherwise retry drafting every 10-20 steps at a loss.
 
 Lossless: the plan reads only past outcomes and measured times, never the target's current logits.
 """
@@ -179,22 +182,45 @@ class LoadPolicy:
         batch size whose drafting steps have outcomes and whose plain steps have too few (``Realised.lacks_plain``)
         takes plain steps until the correction can compare: at most ``min_steps`` in a ``horizon``."""
         b = len(rows)
-        extra = [self.extra_draft(k) for k in range(1, b + 1)]
-        best = plan_step(self.gains(rows), self.verify_cost, extra, self.extra_plain(b), margin=-1.0)
+        # drafting delivered less than plain steps here lately (``Regimes``): for every row at a loaded batch, for
+        # one request class below it; the others plan as if the banned rows could not draft
+        banned = [i for i, r in enumerate(rows) if self.regimes.banned(b, r.sampled)]
+        if b and len(banned) == b:  # nothing may draft: a plain step without planning one (its cost is per step)
+            plain = b / max(self.verify_cost(b, 1) + self.extra_plain(b), 1e-12)
+            self.last = StepPlan(b, 0, [], 0.0, plain, *self.realised.factors(b), corrected=True, reason="banned")
+            return self.last
+        extra = self.extra_draft.upto(b)
+        gains = self.gains(rows)
+        scale = {True: self.verify_scale(b, True), False: self.verify_scale(b, False)}  # read once a step
+
+        def verify(batch: int, width: int) -> float:  # ``verify_cost`` at this step's batch
+            return self.cost(batch, width) * scale[width > 1]
+
+        raw = plan_step(gains, verify, extra, self.extra_plain(b), margin=-1.0)
+        best, allowed = raw, gains
+        if banned and raw.width:
+            allowed = gains.clone()
+            allowed[banned] = 0.0
+            best = plan_step(allowed, verify, extra, self.extra_plain(b), margin=-1.0)
         draft_k, plain_k = self.realised.factors(b)
         unmeasured = not self.extra_plain.fresh(size_bucket(b))  # no plain step of this size lately: a borrowed value
         blind = self.realised.lacks_plain(b)  # drafting's outcomes have nothing to be compared with here
-        predicted_plain = best.value <= best.plain_value * (1.0 + self.margin)  # the rows' own estimates say pause
-        losing = best.value * draft_k <= best.plain_value * plain_k * (1.0 + self.margin)
-        vetoed = self.regimes.banned(b)  # drafting delivered less than plain steps here lately (``Regimes``)
+        predicted_plain = raw.value <= raw.plain_value * (1.0 + self.margin)  # the rows' own estimates say pause
+
+        def loses(plan: StepPlan) -> bool:
+            return plan.value * draft_k <= plan.plain_value * plain_k * (1.0 + self.margin)
+
+        losing = loses(best)
+        # vetoed: every row that could draft is banned, or what remains would draft rows that expect nothing
+        vetoed = best is not raw and (not best.width or float(allowed[best.rows, best.width].sum()) <= 0.0)
         rules = {"banned": vetoed, "unmeasured": unmeasured, "blind": blind, "losing": losing}
         rule = next((name for name, applies in rules.items() if applies), None)
-        if not best.width or (predicted_plain and losing):  # corrected or not, plain: the rows' own pause
-            best = StepPlan(b, 0, [], best.value, best.plain_value, reason="predicted")
+        if not raw.width or (predicted_plain and loses(raw)):  # corrected or not, plain: the rows' own pause
+            best = StepPlan(b, 0, [], raw.value, raw.plain_value, reason="predicted")
         elif rule:
-            best = StepPlan(b, 0, [], best.value, best.plain_value, reason=rule)  # values: the raw predictions
+            best = StepPlan(b, 0, [], raw.value, raw.plain_value, reason=rule)  # values: the raw predictions
         best.draft_factor, best.plain_factor = draft_k, plain_k
-        best.corrected = self.realised.active(b) or vetoed
+        best.corrected = self.realised.active(b) or bool(banned)
         self.last = best
         return best
 
@@ -223,7 +249,7 @@ class LoadPolicy:
         predicted = plan.value if w else plan.plain_value
         tokens = b + sum(len(p) - 1 for p in paths)
         self.realised.record(b, w > 0, tokens, predicted, seconds)
-        self.regimes.record(b, w > 0, tokens, seconds)
+        self.regimes.record(b, w > 0, tokens, seconds, frozenset(rows[i].sampled for i in plan.rows))
         if verify_seconds is not None:
             self.verify_scale.record(b, w > 0, verify_seconds / max(self.cost(b, w + 1), 1e-12))
         verify = self.verify_cost(b, w + 1) if verify_seconds is None else verify_seconds

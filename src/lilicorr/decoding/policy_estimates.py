@@ -66,6 +66,19 @@ class Overheads(RecentMedians):
         r, s = got
         return max(s, 0.0) * max(rows / max(r, 1e-9), 1.0)
 
+    def upto(self, rows: int) -> list[float]:
+        """``[self(1), …, self(rows)]``, each size bucket's measurements read once (the plan asks for every row
+        count of the batch on every step: at 64 rows, 64 medians a step)."""
+        near: dict[int, tuple[float, float] | None] = {}
+        out = []
+        for k in range(1, rows + 1):
+            bucket = size_bucket(k)
+            if bucket not in near:
+                near[bucket] = self.nearest(k)
+            got = near[bucket]
+            out.append(0.0 if got is None else max(got[1], 0.0) * max(k / max(got[0], 1e-9), 1.0))
+        return out
+
 
 @dataclass
 class VerifyScale:
@@ -163,62 +176,82 @@ class Regimes:
     step of several plain steps' cost (session 35: a batch-32 drafting step took 1.4 s and returned 88 tokens
     against a plain step's 32 in 0.27 s; a policy drafting on 2-4 % of steps served 0.87-0.90x all-plain). A ban
     doubling from ``horizon`` steps bounds that exploration to a vanishing share of a long run, and one measured
-    win clears it. One-sided on purpose: a rate comparison only vetoes drafting, never forces it, since the rows
-    that drafted and those left plain may be of other classes (greedy rows draft, sampled ones pause).
+    win clears it. One-sided on purpose: a rate comparison only vetoes drafting, never forces it.
 
     Per row-second: the batch size moves within a bucket as requests finish, and at a fixed bucket a step's time
     scales with its rows at high load. ``min_steps`` drafting steps are needed before a loss is judged, one at
     ``decisive_batch`` rows or more when it delivered under ``decisive`` of plain's rate (many rows average out
     acceptance luck within a step; a single row's all-rejected draft is ordinary).
 
-    Only from ``min_batch`` rows: below, a drafting step costs about a plain step, the prediction's
-    class-aware estimates are right, and a few steps' outcomes are one request's luck and one request's class —
-    measured at batch 1 with mixed temperatures, a class-blind ban let the policy draft on 11-20 % of steps and
-    serve 1.00-1.15x plain where drafting every step served 1.28-1.34x (session 36)."""
+    From ``min_batch`` rows the judgement is class-blind (many rows of both classes share every step). Below it
+    each request class (greedy, sampled) is judged on the drafting steps its rows drafted in, against the plain
+    steps of the bucket, and banned alone: measured at batch 1 with mixed temperatures, a class-blind ban let the
+    policy draft on 11-20 % of steps and serve 1.00-1.15x plain where greedy drafting every step served
+    1.28-1.34x (session 36) — while with no judgement at all, where drafting loses for every class (int4 plain steps
+    of 23 ms against 69 ms drafting steps returning 2.05 tokens), the fading priors retried drafting on 9 % of
+    steps at batch 1 and 6 % at batch 4 and served 0.92x and 0.85x plain (session 47). ``small_min_steps``: a
+    small batch's steps are few requests' luck, so more of them are needed; ``small_horizon``: the fading priors
+    retry a paused class every 10-20 steps, so its tries span more than ``horizon`` steps and would never be judged
+    within it (session 47: 51 drafting steps of 703 at batch 1, none judged)."""
 
     min_batch: int = LOADED_BATCH
     window: int = 16
     horizon: int = 64
     min_steps: int = 3
+    small_min_steps: int = 4
+    small_horizon: int = 512  # a class's drafting steps at a small batch count this long: its tries are sparse
     decisive: float = 0.6
     decisive_batch: int = LOADED_BATCH
     max_doublings: int = 6
     clock: int = 0
-    steps: dict[tuple[int, bool], deque] = field(default_factory=dict)  # (bucket, drafting) → (step, tokens, row-s)
-    bans: dict[int, tuple[int, int]] = field(default_factory=dict)  # bucket → (banned until step, doublings so far)
+    # (bucket, class, drafting) → (step, tokens, row-s); class: None (class-blind, and every plain step) or sampled
+    steps: dict[tuple[int, bool | None, bool], deque] = field(default_factory=dict)
+    bans: dict[tuple[int, bool | None], tuple[int, int]] = field(default_factory=dict)  # → (until step, doublings)
 
     def tick(self) -> None:
         self.clock += 1
 
-    def rate(self, bucket: int, drafting: bool) -> tuple[float, int] | None:
-        """(tokens per row-second, steps) over the fresh steps of one action in a bucket; None if none."""
-        got = [s for s in self.steps.get((bucket, drafting), ()) if self.clock - s[0] <= self.horizon]
+    def rate(self, bucket: int, drafting: bool, cls: bool | None = None) -> tuple[float, int] | None:
+        """(tokens per row-second, steps) over the fresh steps of one action (and class) in a bucket; None if none."""
+        horizon = self.horizon if cls is None else self.small_horizon
+        got = [s for s in self.steps.get((bucket, cls, drafting), ()) if self.clock - s[0] <= horizon]
         return (sum(s[1] for s in got) / max(sum(s[2] for s in got), 1e-12), len(got)) if got else None
 
-    def record(self, batch: int, drafting: bool, tokens: int, seconds: float) -> None:
-        if batch < self.min_batch:
-            return
+    def record(
+        self, batch: int, drafting: bool, tokens: int, seconds: float, classes: frozenset[bool] = frozenset()
+    ) -> None:
+        """One step's outcome; ``classes``: the classes (sampled or not) of the rows that drafted in it, which a
+        drafting step below ``min_batch`` is judged under (none given: it is not judged)."""
         bucket = size_bucket(batch)
-        key = (bucket, drafting)
-        self.steps.setdefault(key, deque(maxlen=self.window)).append((self.clock, tokens, seconds * batch))
-        if drafting:
-            self._judge(bucket, batch)
+        keys: list[bool | None] = [None] if batch >= self.min_batch or not drafting else sorted(classes)
+        for cls in keys:
+            self.steps.setdefault((bucket, cls, drafting), deque(maxlen=self.window)).append(
+                (self.clock, tokens, seconds * batch)
+            )
+            if drafting:
+                self._judge(bucket, cls, batch)
 
-    def _judge(self, bucket: int, batch: int) -> None:
-        draft, plain = self.rate(bucket, True), self.rate(bucket, False)
+    def _judge(self, bucket: int, cls: bool | None, batch: int) -> None:
+        draft, plain = self.rate(bucket, True, cls), self.rate(bucket, False)
         if draft is None or plain is None:
             return
         (d_rate, d_steps), p_rate = draft, plain[0]
-        enough = d_steps >= self.min_steps or (batch >= self.decisive_batch and d_rate < self.decisive * p_rate)
+        needed = self.min_steps if cls is None else self.small_min_steps
+        enough = d_steps >= needed or (batch >= self.decisive_batch and d_rate < self.decisive * p_rate)
         if not enough:
             return
-        doublings = self.bans.get(bucket, (0, -1))[1]
+        doublings = self.bans.get((bucket, cls), (0, -1))[1]
         if d_rate < p_rate:
             doublings = min(doublings + 1, self.max_doublings)
-            self.bans[bucket] = (self.clock + self.horizon * 2**doublings, doublings)
-            self.steps.pop((bucket, True), None)  # the next try is judged on its own steps
+            self.bans[(bucket, cls)] = (self.clock + self.horizon * 2**doublings, doublings)
+            self.steps.pop((bucket, cls, True), None)  # the next try is judged on its own steps
         else:
-            self.bans.pop(bucket, None)
+            self.bans.pop((bucket, cls), None)
 
-    def banned(self, batch: int) -> bool:
-        return batch >= self.min_batch and self.bans.get(size_bucket(batch), (0, 0))[0] > self.clock
+    def banned(self, batch: int, sampled: bool | None = None) -> bool:
+        """Whether drafting is banned at this batch size: for every row from ``min_batch``, else for the rows
+        of the class ``sampled`` (None: no class, not banned)."""
+        cls = None if batch >= self.min_batch else sampled
+        if cls is None and batch < self.min_batch:
+            return False
+        return self.bans.get((size_bucket(batch), cls), (0, 0))[0] > self.clock
