@@ -25,7 +25,9 @@ def test_a_fresh_disk_gets_its_data_and_features_back_once(packed, tiny_target_d
     cache = tmp_path / "feats"
     train = {"target": str(tiny_target_dir), "data": str(data), "features": str(cache), "max_sequences": 7}
     log = tmp_path / "data.log"
-    assert cache_progress(train) == [{"cache": str(cache), "shards": 0, "needed": 1, "hours_left": None}]
+    assert cache_progress(train) == [
+        {"cache": str(cache), "shards": 0, "needed": 1, "hours_left": None, "extracting": None}
+    ]
     events = prepare_data([str(pack)], train, 1, log)
     assert cache_progress(train)[0]["shards"] == 1
     assert [e["event"] for e in events] == ["unpacked", "features"]
@@ -166,7 +168,9 @@ def test_status_tells_the_hours_left_of_a_feature_extraction_from_its_last_shard
         os.utime(shard, (1000.0 + 90 * i, 1000.0 + 90 * i))
     assert shard_pace(cache) == pytest.approx(90.0)
     train = {"data": "unused", "features": str(cache), "max_sequences": 40}
-    assert cache_progress(train) == [{"cache": str(cache), "shards": 4, "needed": 10, "hours_left": 0.15}]  # 6 x 90 s
+    assert cache_progress(train) == [  # 6 x 90 s
+        {"cache": str(cache), "shards": 4, "needed": 10, "hours_left": 0.15, "extracting": None}
+    ]
 
 
 def test_a_fresh_disk_gets_its_registry_target_back_before_anything_reads_it(monkeypatch, tiny_target_dir, tmp_path):

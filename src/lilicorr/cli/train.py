@@ -52,9 +52,10 @@ def _status(args: argparse.Namespace) -> int:
     for c in status["features"]:  # a fresh disk: the driver extracts these before its first segment
         if c["needed"] is None or c["shards"] < c["needed"]:
             left = f"; ≈ {c['hours_left']} h left at the last shards' pace" if c["hours_left"] is not None else ""
-            print(
-                f"  features {c['cache']}: {c['shards']}/{c['needed'] or '?'} shards (extracting before training{left})"
-            )
+            doing = "extracting before training"
+            if c.get("extracting") and c["extracting"] != status["campaign"]:  # one extraction at a time
+                doing = f"waiting for {c['extracting']}'s extraction, then extracting before training"
+            print(f"  features {c['cache']}: {c['shards']}/{c['needed'] or '?'} shards ({doing}{left})")
     for a in status["arms"]:
         engine = ", ".join(f"{k} {v['tau']:.3f}" for k, v in (a["engine"] or {}).items()) or "-"
         walk = f" (walk {_tau(a['heldout_walk_tau'])})" if a["heldout_walk_tau"] is not None else ""

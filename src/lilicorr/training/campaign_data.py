@@ -28,6 +28,7 @@ from lilicorr.data.prompt_sets import load_set, write_prompt_rows
 from lilicorr.datagen.answer_pack import read_pack
 from lilicorr.datagen.raw_text import raw_rows
 from lilicorr.runtime.targets import spec_for_folder
+from lilicorr.training.extraction_turn import extraction_turn, holder, lock_path
 
 CORPUS = "data/corpus"  # where `lilicorr data corpus` writes the offline corpus the code prompt sets read
 CORPUS_SETS = {"code-functions"}  # prompt sets made from the corpus, not from a wheel
@@ -78,7 +79,9 @@ def cache_progress(train: dict) -> list[dict]:
         files = _shard_files(Path(cache))
         needed, pace = -(-n // meta.get("shard_size", 64)) if n else None, shard_pace(Path(cache), files=files)
         left = None if needed is None or pace is None else round(max(needed - len(files), 0) * pace / 3600, 2)
-        out.append({"cache": cache, "shards": len(files), "needed": needed, "hours_left": left})
+        turn = holder(lock_path(cache))  # extracting now: this campaign, or another whose turn it waits for
+        out.append({"cache": cache, "shards": len(files), "needed": needed, "hours_left": left,
+                    "extracting": turn["campaign"] if turn else None})  # fmt: skip
     return out
 
 
@@ -121,11 +124,13 @@ def prepare_data(
     log: Path,
     prompts: dict[str, list[str]] | None = None,
     merges: dict[str, list[str]] | None = None,
+    campaign: str = "",
 ) -> list[dict]:
     """Import a missing registry target (``fetch_missing_target``), write missing prompt files, unpack missing data
-    files, merge missing merged files and extend the feature caches; one event per thing done (none when the disk
-    has everything). Raises with the command and log named when one of them fails; nothing half-written stays
-    (prompt files, unpack, merge and each feature shard are written atomically)."""
+    files, merge missing merged files and extend the feature caches — in ``campaign``'s turn, one extraction at a
+    time on the machine (``extraction_turn``); one event per thing done (none when the disk has everything). Raises
+    with the command and log named when one of them fails; nothing half-written stays (prompt files, unpack, merge
+    and each feature shard are written atomically)."""
     events = fetch_missing_target(train["target"], log)
     corpus = Path(CORPUS)
     wanted = any(
@@ -155,9 +160,22 @@ def prepare_data(
         t0 = time.time()
         _lilicorr(["data", "merge", *inputs, "--out", out], log)
         events.append({"event": "merged", "out": out, "inputs": inputs, "wall_s": round(time.time() - t0, 1)})
-    for data, cache, rows in feature_jobs(train):
+    jobs = feature_jobs(train)
+    for data, _, _ in jobs:
         if not Path(data).exists():
             raise FileNotFoundError(f"{data}: the campaign's data file is missing and no [data] pack rebuilds it")
+    if not any(c["needed"] is None or c["shards"] < c["needed"] for c in cache_progress(train)):
+        return events  # every cache whole: no turn to wait for
+    with extraction_turn(lock_path(jobs[0][1]), campaign or "a campaign") as turn:
+        if turn["after"]:
+            events.append({"event": "features_turn", "after": turn["after"], "waited_s": turn["waited_s"]})
+        events += _extract(jobs, train, threads, log)
+    return events
+
+
+def _extract(jobs: list[tuple[str, str, int]], train: dict, threads: int, log: Path) -> list[dict]:
+    events = []
+    for data, cache, rows in jobs:
         before, t0 = _shards(Path(cache)), time.time()
         args = ["data", "features", "--target", train["target"], "--data", data, "--out", cache]
         _lilicorr([*args, "--max-sequences", str(rows), "--threads", str(threads or 2)], log)

@@ -136,7 +136,7 @@ def run_campaign(path: str | Path, max_segments: int = 0, in_process: bool = Fal
     steps = {a.name: arm_step(camp, a) for a in camp.arms}
     _event(camp, {"event": "start", "config": str(path), "steps": steps, "autogroup_nice": _yield_cpu()})
     for record in prepare_data(
-        camp.packs, camp.train, camp.threads, camp.run_dir / "logs" / "data.log", camp.prompts, camp.merges
+        camp.packs, camp.train, camp.threads, camp.run_dir / "logs" / "data.log", camp.prompts, camp.merges, camp.name
     ):
         _event(camp, record)  # a fresh disk: data unpacked, feature caches extended (nothing on a kept disk)
     done = 0
