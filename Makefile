@@ -138,8 +138,10 @@ llamacpp-check: llamacpp target
 # Every committed campaign plan (configs/campaign/*.toml) training in the background at the lowest priority, each
 # driver in its own session (docs/guide/campaign.md): the first command of a working session. A plan whose driver
 # runs (or is paused) is left alone, so this is safe to repeat; on a fresh disk each driver imports its target and
-# rebuilds its data first. Status: `lilicorr train status PLAN`.
-CAMPAIGNS ?= $(wildcard configs/campaign/*.toml)
+# rebuilds its data first, one plan at a time (training/extraction_turn.py): the default target's plans are started
+# first, each given up to 20 s to take the rebuild's turn before the next starts. Status: `lilicorr train status PLAN`.
+CAMPAIGNS ?= $(wildcard configs/campaign/smollm2-*.toml) \
+	$(filter-out $(wildcard configs/campaign/smollm2-*.toml),$(wildcard configs/campaign/*.toml))
 campaigns: venv
 	@mkdir -p runs/campaign
 	@for c in $(CAMPAIGNS); do n=$$(basename $$c .toml); \
@@ -150,6 +152,9 @@ campaigns: venv
 	  else \
 	    setsid nice -n 19 $(BIN)/lilicorr train campaign $$c >> runs/campaign/$$n.driver.log 2>&1 < /dev/null & \
 	    echo "$$c: started (log runs/campaign/$$n.driver.log)"; \
+	    if echo "$$st" | grep -q 'extracting before training'; then \
+	      for i in $$(seq 20); do grep -qs "\"$$n\"" data/cache/.extraction.lock && break; sleep 1; done; \
+	    fi; \
 	  fi; \
 	done
 

@@ -131,6 +131,25 @@ def prepare_data(
     time on the machine (``extraction_turn``); one event per thing done (none when the disk has everything). Raises
     with the command and log named when one of them fails; nothing half-written stays (prompt files, unpack, merge
     and each feature shard are written atomically)."""
+    if all(c["needed"] is not None and c["shards"] >= c["needed"] for c in cache_progress(train)):
+        return _rebuild(packs, train, threads, log, prompts, merges, extract=False)  # caches whole: no turn
+    # a fresh disk: the whole rebuild (target import, unpacking, extraction: hours of CPU) in this campaign's turn
+    with extraction_turn(lock_path(feature_jobs(train)[0][1]), campaign or "a campaign") as turn:
+        waited = (
+            [{"event": "features_turn", "after": turn["after"], "waited_s": turn["waited_s"]}] if turn["after"] else []
+        )
+        return waited + _rebuild(packs, train, threads, log, prompts, merges)
+
+
+def _rebuild(
+    packs: list[str],
+    train: dict,
+    threads: int,
+    log: Path,
+    prompts: dict[str, list[str]] | None,
+    merges: dict[str, list[str]] | None,
+    extract: bool = True,
+) -> list[dict]:
     events = fetch_missing_target(train["target"], log)
     corpus = Path(CORPUS)
     wanted = any(
@@ -164,18 +183,7 @@ def prepare_data(
     for data, _, _ in jobs:
         if not Path(data).exists():
             raise FileNotFoundError(f"{data}: the campaign's data file is missing and no [data] pack rebuilds it")
-    if not any(c["needed"] is None or c["shards"] < c["needed"] for c in cache_progress(train)):
-        return events  # every cache whole: no turn to wait for
-    with extraction_turn(lock_path(jobs[0][1]), campaign or "a campaign") as turn:
-        if turn["after"]:
-            events.append({"event": "features_turn", "after": turn["after"], "waited_s": turn["waited_s"]})
-        events += _extract(jobs, train, threads, log)
-    return events
-
-
-def _extract(jobs: list[tuple[str, str, int]], train: dict, threads: int, log: Path) -> list[dict]:
-    events = []
-    for data, cache, rows in jobs:
+    for data, cache, rows in jobs if extract else []:
         before, t0 = _shards(Path(cache)), time.time()
         args = ["data", "features", "--target", train["target"], "--data", data, "--out", cache]
         _lilicorr([*args, "--max-sequences", str(rows), "--threads", str(threads or 2)], log)
