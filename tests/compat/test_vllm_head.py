@@ -4,6 +4,7 @@ exactly as our head does (fp32 within 1e-5, bf16 within 2e-2), and its parameter
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +14,10 @@ from lilicorr.checkpoint import load_draft, save_draft
 from lilicorr.models.config import DraftConfig, LiLiCorrGeometry
 from lilicorr.models.draft import DraftModel
 from lilicorr.models.head import candidates
+
+ROOT = Path(__file__).resolve().parents[2]
+# every shipped drafter with a LiLiCorr head, both targets (Gemma's is sharded: 262 144-token embedding rows)
+SHIPPED = ["smollm2-lilicorr", "smollm2-lilicorr-conv", "gemma3-270m-lilicorr"]
 
 GEOMETRIES = [  # (block, K, head width (0 = draft width), heads, layers, factor dim, mlp ratio)
     (6, 4, 0, 4, 2, 32, 2.0),
@@ -70,11 +75,7 @@ def _vllm_head(ckpt, dtype):
         config=cfg["dflash_config"],
         prefix="lilicorr",
     )
-    weights = [
-        (k.removeprefix("lilicorr."), v)
-        for k, v in load_file(ckpt / "model.safetensors").items()
-        if k.startswith("lilicorr.")
-    ]
+    weights = [(k.removeprefix("lilicorr."), v) for k, v in _head_tensors(ckpt).items()]
     loaded = AutoWeightsLoader(head).load_weights(weights)
     shapes = {k: tuple(p.shape) for k, p in head.named_parameters()}  # before CPU weight packing
     head = head.to(dtype)
@@ -92,11 +93,21 @@ def _vllm_head(ckpt, dtype):
     return head, loaded, shapes
 
 
+def _head_tensors(folder: Path) -> dict[str, torch.Tensor]:
+    """The ``lilicorr.*`` tensors of a drafter folder, one file or shards (``model.safetensors.index.json``)."""
+    files = [folder / "model.safetensors"]
+    if not files[0].exists():
+        index = json.loads((folder / "model.safetensors.index.json").read_text())
+        files = [folder / f for f in sorted(set(index["weight_map"].values()))]
+    return {k: v for f in files for k, v in load_file(f).items() if k.startswith("lilicorr.")}
+
+
 def _lattice(cfg, b, n, seed):
     g = torch.Generator().manual_seed(seed)
-    logits = torch.randn(b, n, cfg.vocab_size, generator=g) * 4
+    vocab = min(cfg.vocab_size, 1024)  # the head sees candidates' embeddings, not the table: a slice will do
+    logits = torch.randn(b, n, vocab, generator=g) * 4
     ids, lp = candidates(logits, cfg.lilicorr.candidate_topk)
-    emb = torch.randn(cfg.vocab_size, cfg.hidden_size, generator=g)
+    emb = torch.randn(vocab, cfg.hidden_size, generator=g)
     valid = torch.tensor([i % 3 != 2 for i in range(b)])  # some invalid anchors
     return (
         emb[ids],
@@ -117,15 +128,31 @@ def test_scores_match_vllm(vllm_env, tmp_path, geometry, dtype, tol):
     with set_current_vllm_config(vllm_env):
         vhead, loaded, vllm_shapes = _vllm_head(ckpt, dtype)
     ours = load_draft(ckpt, dtype=dtype).lilicorr
+    _compare_heads(vhead, loaded, vllm_shapes, ours, ckpt, cfg, dtype, tol)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_heads_score_as_vllm(vllm_env, name):
+    """Each shipped drafter's trained head — SmolLM2's and Gemma 3's, whose serving stack vLLM cannot start yet
+    (``test_vllm_serving.py``) — loads in vLLM's ``LiLiCorrHead`` with exactly its parameters and scores random
+    lattices as ours does (fp32, within 1e-5)."""
+    from vllm.config import set_current_vllm_config
+
+    folder = ROOT / "models" / name
+    if not (folder / "config.json").exists():
+        pytest.skip(f"{folder} is not in this checkout")
+    with set_current_vllm_config(vllm_env):
+        vhead, loaded, vllm_shapes = _vllm_head(folder, torch.float32)
+    model = load_draft(folder, dtype=torch.float32)
+    _compare_heads(vhead, loaded, vllm_shapes, model.lilicorr, folder, model.cfg, torch.float32, 1e-5)
+
+
+def _compare_heads(vhead, loaded, vllm_shapes, ours, ckpt, cfg, dtype, tol):
     # Parameter names and shapes: vLLM's set equals the checkpoint's lilicorr.* set.
-    ckpt_shapes = {
-        k.removeprefix("lilicorr."): tuple(v.shape)
-        for k, v in load_file(ckpt / "model.safetensors").items()
-        if k.startswith("lilicorr.")
-    }
+    ckpt_shapes = {k.removeprefix("lilicorr."): tuple(v.shape) for k, v in _head_tensors(ckpt).items()}
     assert vllm_shapes == ckpt_shapes
     assert set(loaded) == set(ckpt_shapes)
-    block = geometry[0]
+    block = cfg.block_size
     for n in sorted({1, 2, block - 1}):
         emb, lp, ph, ah, valid = _lattice(cfg, b=3, n=n, seed=n)
         with torch.no_grad():
