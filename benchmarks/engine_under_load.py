@@ -71,13 +71,10 @@ class Arm:
             engine.add(joining)
             dt = time.perf_counter() - t
             self.prefill.append(dt / len(joining))
-            for k, v in engine.timer.as_dict().items():
-                self.prefill_stages[k] = self.prefill_stages.get(k, 0.0) + v - before.get(k, 0.0)
-            self.prefill_stages["untimed"] = (
-                self.prefill_stages.get("untimed", 0.0)
-                + dt
-                - sum(v - before.get(k, 0.0) for k, v in engine.timer.as_dict().items())
-            )
+            spent = {k: v - before.get(k, 0.0) for k, v in engine.timer.as_dict().items()}
+            spent["untimed"] = dt - sum(spent.values())
+            for k, v in spent.items():
+                self.prefill_stages[k] = self.prefill_stages.get(k, 0.0) + v
         else:
             batch, drafts = len(engine.seqs), engine.stats.num_drafts
             t = time.perf_counter()

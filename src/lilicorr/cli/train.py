@@ -53,7 +53,7 @@ def _status(args: argparse.Namespace) -> int:
         if c["needed"] is None or c["shards"] < c["needed"]:
             left = f"; ≈ {c['hours_left']} h left at the last shards' pace" if c["hours_left"] is not None else ""
             doing = "extracting before training"
-            if c.get("extracting") and c["extracting"] != status["campaign"]:  # one extraction at a time
+            if c["extracting"] not in (None, status["campaign"]):  # one extraction at a time
                 doing = f"waiting for {c['extracting']}'s extraction, then extracting before training"
             print(f"  features {c['cache']}: {c['shards']}/{c['needed'] or '?'} shards ({doing}{left})")
     for a in status["arms"]:

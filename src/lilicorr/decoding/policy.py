@@ -189,19 +189,19 @@ class LoadPolicy:
             plain = b / max(self.verify_cost(b, 1) + self.extra_plain(b), 1e-12)
             self.last = StepPlan(b, 0, [], 0.0, plain, *self.realised.factors(b), corrected=True, reason="banned")
             return self.last
-        extra = self.extra_draft.upto(b)
+        extra, extra_plain = self.extra_draft.upto(b), self.extra_plain(b)
         gains = self.gains(rows)
         scale = {True: self.verify_scale(b, True), False: self.verify_scale(b, False)}  # read once a step
 
         def verify(batch: int, width: int) -> float:  # ``verify_cost`` at this step's batch
             return self.cost(batch, width) * scale[width > 1]
 
-        raw = plan_step(gains, verify, extra, self.extra_plain(b), margin=-1.0)
+        raw = plan_step(gains, verify, extra, extra_plain, margin=-1.0)
         best, allowed = raw, gains
         if banned and raw.width:
             allowed = gains.clone()
             allowed[banned] = 0.0
-            best = plan_step(allowed, verify, extra, self.extra_plain(b), margin=-1.0)
+            best = plan_step(allowed, verify, extra, extra_plain, margin=-1.0)
         draft_k, plain_k = self.realised.factors(b)
         unmeasured = not self.extra_plain.fresh(size_bucket(b))  # no plain step of this size lately: a borrowed value
         blind = self.realised.lacks_plain(b)  # drafting's outcomes have nothing to be compared with here

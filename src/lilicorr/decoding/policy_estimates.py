@@ -60,7 +60,11 @@ class Overheads(RecentMedians):
     0, optimistic, so the next such step measures it."""
 
     def __call__(self, rows: int) -> float:
-        got = self.nearest(rows)
+        return self._scaled(rows, self.nearest(rows))
+
+    @staticmethod
+    def _scaled(rows: int, got: tuple[float, float] | None) -> float:
+        """A measurement (median rows, seconds) applied to ``rows``: scaled up when larger, never down."""
         if got is None:
             return 0.0
         r, s = got
@@ -75,8 +79,7 @@ class Overheads(RecentMedians):
             bucket = size_bucket(k)
             if bucket not in near:
                 near[bucket] = self.nearest(k)
-            got = near[bucket]
-            out.append(0.0 if got is None else max(got[1], 0.0) * max(k / max(got[0], 1e-9), 1.0))
+            out.append(self._scaled(k, near[bucket]))
         return out
 
 
